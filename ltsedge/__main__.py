@@ -1,0 +1,3 @@
+from ltsedge.cli import main
+
+main()

@@ -1,0 +1,185 @@
+"""What a candidate is: an immutable, validated description of one decoder-only Transformer.
+
+Heterogeneous: every layer has its own number of heads and FFN width. The JSON form is the
+exchange format (CLI input, ONNX metadata, frontier.json); the content id is a hash of its
+canonical form, so the same architecture gets the same id in every process and on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ltsedge.errors import LtsedgeError
+
+BACKBONES = ("gpt2",)
+DEFAULT_VOCAB_SIZE = 50257
+DEFAULT_N_POSITIONS = 1024
+
+
+def default_cutoffs(vocab_size: int) -> tuple[int, ...]:
+    """Adaptive-embedding cluster boundaries: a head of the 40% most frequent tokens, then two tails.
+
+    For GPT-2's 50257 tokens this gives (20102, 40205), close to Transformer-XL's 20k/40k split.
+    """
+    cutoffs = (vocab_size * 2 // 5, vocab_size * 4 // 5)
+    return tuple(c for c in cutoffs if 0 < c < vocab_size)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    n_layer: int
+    d_model: int
+    n_head: tuple[int, ...]
+    d_inner: tuple[int, ...]
+    d_embed: int | None = None  # None means "same as d_model"
+    div_val: int = 1
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    n_positions: int = DEFAULT_N_POSITIONS
+    cutoffs: tuple[int, ...] = ()  # only meaningful with adaptive embeddings
+    backbone: str = "gpt2"
+
+    def __post_init__(self) -> None:
+        # Normalise before validating so equal architectures compare (and hash) equal.
+        object.__setattr__(self, "n_head", _int_tuple("n_head", self.n_head))
+        object.__setattr__(self, "d_inner", _int_tuple("d_inner", self.d_inner))
+        object.__setattr__(self, "cutoffs", _int_tuple("cutoffs", self.cutoffs))
+        if self.d_embed is None:
+            object.__setattr__(self, "d_embed", self.d_model)
+        _validate(self)
+        if not self.adaptive:
+            object.__setattr__(self, "cutoffs", ())
+        elif not self.cutoffs:
+            object.__setattr__(self, "cutoffs", default_cutoffs(self.vocab_size))
+        _validate_cutoffs(self)
+
+    @property
+    def adaptive(self) -> bool:
+        """Adaptive input embeddings and a tied adaptive softmax (Baevski & Auli; Transformer-XL)."""
+        return self.div_val > 1 or self.d_embed != self.d_model
+
+    @property
+    def d_head(self) -> tuple[int, ...]:
+        return tuple(self.d_model // h for h in self.n_head)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "backbone": self.backbone,
+            "n_layer": self.n_layer,
+            "d_model": self.d_model,
+            "n_head": list(self.n_head),
+            "d_inner": list(self.d_inner),
+            "d_embed": self.d_embed,
+            "div_val": self.div_val,
+            "vocab_size": self.vocab_size,
+            "n_positions": self.n_positions,
+        }
+        if self.cutoffs:
+            out["cutoffs"] = list(self.cutoffs)
+        return out
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @property
+    def id(self) -> str:
+        """Stable content id, e.g. ``gpt2-L3-d256-3f9a0c1b2d``: readable prefix, hash of the canonical JSON."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
+        return f"{self.backbone}-L{self.n_layer}-d{self.d_model}-{digest}"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Architecture:
+        if not isinstance(data, dict):
+            raise LtsedgeError(f"an architecture must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise LtsedgeError(f"unknown architecture field {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        missing = [k for k in ("n_layer", "d_model", "n_head", "d_inner") if k not in data]
+        if missing:
+            raise LtsedgeError(f"architecture field {missing[0]!r} is missing")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "architecture JSON") -> Architecture:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise LtsedgeError(f"{source}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        try:
+            return cls.from_dict(data)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{source}: {e}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Architecture:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise LtsedgeError(f"architecture file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise LtsedgeError(f"cannot read architecture file {path}: {e}") from None
+        return cls.from_json(text, source=str(path))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+        raise LtsedgeError(f"architecture field {name!r} = {value!r} must be a list of integers")
+    return tuple(value)
+
+
+def _check_int(name: str, value: Any, low: int, what: str = "") -> None:
+    if not _is_int(value) or value < low:
+        allowed = what or f"an integer >= {low}"
+        raise LtsedgeError(f"architecture field {name!r} = {value!r} is invalid: must be {allowed}")
+
+
+def _validate(a: Architecture) -> None:
+    if a.backbone not in BACKBONES:
+        raise LtsedgeError(f"architecture field 'backbone' = {a.backbone!r} is invalid: must be one of {list(BACKBONES)}")
+    _check_int("n_layer", a.n_layer, 1)
+    _check_int("d_model", a.d_model, 1)
+    _check_int("d_embed", a.d_embed, 1)
+    _check_int("div_val", a.div_val, 1)
+    _check_int("vocab_size", a.vocab_size, 2)
+    _check_int("n_positions", a.n_positions, 1)
+    for name in ("n_head", "d_inner"):
+        values = getattr(a, name)
+        if len(values) != a.n_layer:
+            raise LtsedgeError(
+                f"architecture field {name!r} has {len(values)} entries: must have one per layer (n_layer = {a.n_layer})"
+            )
+        for i, v in enumerate(values):
+            _check_int(f"{name}[{i}]", v, 1)
+    for i, h in enumerate(a.n_head):
+        if a.d_model % h:
+            raise LtsedgeError(
+                f"architecture field 'n_head[{i}]' = {h} is invalid: must divide d_model = {a.d_model}"
+            )
+
+
+def _validate_cutoffs(a: Architecture) -> None:
+    if not a.adaptive:
+        return
+    c = a.cutoffs
+    if any(x <= 0 or x >= a.vocab_size for x in c) or list(c) != sorted(set(c)):
+        raise LtsedgeError(
+            f"architecture field 'cutoffs' = {list(c)} is invalid: must be strictly increasing, "
+            f"each in 1..{a.vocab_size - 1}"
+        )
+    smallest = a.d_embed // a.div_val ** len(c)
+    if smallest < 1:
+        raise LtsedgeError(
+            f"architecture field 'div_val' = {a.div_val} is invalid: d_embed {a.d_embed} / div_val^{len(c)} "
+            f"leaves the last cluster with no embedding dimension"
+        )

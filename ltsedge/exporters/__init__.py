@@ -1,0 +1,113 @@
+"""Architecture -> ONNX: the reference PyTorch model's weights, laid out as a deployable ONNX file.
+
+``export_model`` is the one entry point. Weights come from ``build_model(arch, seed)``, with the seed
+derived from the architecture id, so exporting the same architecture twice gives the same bytes.
+Every file carries its architecture, id, proxy score and ltsedge version in ``metadata_props``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+import ltsedge
+from ltsedge.architecture import Architecture
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.compat import OnnxTarget, target_for
+from ltsedge.exporters.serialize import serialized_parts
+from ltsedge.proxy import count_params
+
+METADATA_PREFIX = "ltsedge."
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An exported model, held as pieces: its weights are views of the PyTorch model's tensors."""
+
+    arch: Architecture
+    target: OnnxTarget
+    parts: list  # bytes and memoryviews, in file order
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self.parts)
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+    def save(self, path: str | Path) -> str:
+        """Write the file (atomically: never a half-written model under the final name); return its sha256."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as f:
+            for part in self.parts:
+                digest.update(part)
+                f.write(part)
+        tmp.replace(path)
+        return digest.hexdigest()
+
+
+def weight_seed(arch: Architecture) -> int:
+    return int(hashlib.sha256(arch.id.encode()).hexdigest()[:8], 16)
+
+
+def export_model(
+    arch: Architecture, *, target_ort: str | None = None, seed: int | None = None, shared_weights: bool = True
+) -> ExportedModel:
+    """The reference PyTorch model with random weights, as an ONNX model (nothing written yet).
+
+    ``shared_weights`` (the default) draws the matrices from the shared buffer, which makes building
+    a candidate instant; without it every tensor is freshly initialised (slower, same graph).
+    """
+    from ltsedge.exporters.graph import build_graph
+    from ltsedge.models.gpt2 import build_model
+
+    target = target_for(target_ort)
+    model = build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
+    weights = {name: t.detach().numpy() for name, t in model.state_dict().items()}
+    graph, initializers = build_graph(arch, weights, target.opset)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
+                              producer_version=ltsedge.__version__)
+    proto.ir_version = target.ir_version
+    add_metadata(proto, arch, target)
+    return ExportedModel(arch, target, serialized_parts(proto, initializers.items()))
+
+
+def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget) -> None:
+    counts = count_params(arch)
+    meta = {
+        "architecture": arch.to_json(),
+        "id": arch.id,
+        "decoder_params": str(counts.decoder_params),
+        "total_params": str(counts.total_params),
+        "version": ltsedge.__version__,
+        "opset": str(target.opset),
+        "ir_version": str(target.ir_version),
+        "target_ort": target.runtime,
+    }
+    helper.set_model_props(proto, {METADATA_PREFIX + k: v for k, v in meta.items()})
+
+
+def read_metadata(path_or_proto: str | Path | onnx.ModelProto) -> dict[str, str]:
+    """ltsedge's metadata of an ONNX file (empty for a model ltsedge did not write)."""
+    proto = path_or_proto
+    if not isinstance(proto, onnx.ModelProto):
+        try:
+            proto = onnx.load(str(path_or_proto), load_external_data=False)
+        except FileNotFoundError:
+            raise LtsedgeError(f"model file not found: {path_or_proto}") from None
+        except Exception as e:  # noqa: BLE001 - protobuf raises a variety of errors
+            raise LtsedgeError(f"cannot read ONNX model {path_or_proto}: {e}") from None
+    return {p.key[len(METADATA_PREFIX):]: p.value for p in proto.metadata_props if p.key.startswith(METADATA_PREFIX)}
+
+
+def architecture_of(path: str | Path) -> Architecture | None:
+    meta = read_metadata(path)
+    return Architecture.from_dict(json.loads(meta["architecture"])) if "architecture" in meta else None
