@@ -1,0 +1,236 @@
+"""The search space: which architectures a search may visit, and their integer encoding for pymoo.
+
+The default is the LiteTransformerSearch GPT-2 space: n_layer 2..16, d_model 128..1024 step 64,
+per layer n_head in {2, 4, 8} and d_inner 2*d_model..4096 step 64, d_embed in {128, 256, 512} and
+adaptive-embedding factor div_val in {1, 2, 4}. Every range can be changed in a TOML file.
+
+Encoding: a fixed-length integer vector of choice indices,
+``[n_layer, d_model, d_embed, div_val, n_head_1..n_head_L, d_inner_1..d_inner_L]`` with L the largest
+n_layer. Genes of layers beyond n_layer are ignored; a d_inner below 2*d_model is raised to the
+lower bound. So every vector in the bounds decodes to a valid architecture (``decode`` is the
+repair), and ``encode(decode(x))`` is the canonical vector of that architecture.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ltsedge.architecture import DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
+from ltsedge.errors import LtsedgeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
+
+
+def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
+    return tuple(range(low, high + 1, step))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    n_layer: tuple[int, ...] = _grid(2, 16, 1)
+    d_model: tuple[int, ...] = _grid(128, 1024, 64)
+    n_head: tuple[int, ...] = (2, 4, 8)
+    d_inner: tuple[int, ...] = _grid(256, 4096, 64)
+    d_inner_min_ratio: float = 2.0  # per-layer d_inner >= ratio * d_model (avoids training collapse)
+    d_embed: tuple[int, ...] = (128, 256, 512)
+    div_val: tuple[int, ...] = (1, 2, 4)
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    n_positions: int = DEFAULT_N_POSITIONS
+    cutoffs: tuple[int, ...] = ()  # adaptive-embedding clusters; () = Architecture's default for vocab_size
+    backbone: str = "gpt2"
+    source: str = field(default="default", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"):
+            values = getattr(self, name)
+            if not values:
+                raise LtsedgeError(f"search space: {name} has no choices")
+            object.__setattr__(self, name, tuple(sorted(set(values))))
+        for d in self.d_model:
+            if not self.d_inner_choices(d):
+                raise LtsedgeError(
+                    f"search space: no d_inner choice is >= {self.d_inner_min_ratio} x d_model = {d} "
+                    f"(d_inner max is {max(self.d_inner)})"
+                )
+            bad = [h for h in self.n_head if d % h]
+            if bad:
+                raise LtsedgeError(f"search space: n_head {bad[0]} does not divide d_model {d}")
+        # Build one architecture per extreme to surface invalid fixed fields (vocab, cutoffs) now.
+        self.decode(np.zeros(self.n_genes, dtype=int))
+        self.decode(np.array(self.upper_bounds))
+
+    # --- choices -------------------------------------------------------------------------------
+    @property
+    def max_layers(self) -> int:
+        return max(self.n_layer)
+
+    def d_inner_choices(self, d_model: int) -> tuple[int, ...]:
+        return tuple(v for v in self.d_inner if v >= self.d_inner_min_ratio * d_model)
+
+    def size(self) -> int:
+        """The exact number of distinct architectures in the space."""
+        per_embedding = len(self.d_embed) * len(self.div_val)
+        return per_embedding * sum(
+            (len(self.n_head) * len(self.d_inner_choices(d))) ** n for n in self.n_layer for d in self.d_model
+        )
+
+    # --- encoding ------------------------------------------------------------------------------
+    @property
+    def n_genes(self) -> int:
+        return N_GLOBAL_GENES + 2 * self.max_layers
+
+    @property
+    def upper_bounds(self) -> list[int]:
+        L = self.max_layers
+        globals_ = [len(self.n_layer), len(self.d_model), len(self.d_embed), len(self.div_val)]
+        return [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
+
+    def decode(self, x) -> Architecture:
+        """Any integer vector within the bounds -> a valid architecture (this is the repair)."""
+        g = [int(round(v)) for v in x]
+        g = [min(max(v, 0), hi) for v, hi in zip(g, self.upper_bounds)]
+        n_layer, d_model = self.n_layer[g[0]], self.d_model[g[1]]
+        L = self.max_layers
+        heads = [self.n_head[i] for i in g[N_GLOBAL_GENES : N_GLOBAL_GENES + n_layer]]
+        lowest = self.d_inner_choices(d_model)[0]
+        inner = [max(self.d_inner[i], lowest) for i in g[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + n_layer]]
+        return self._architecture(n_layer, d_model, heads, inner, self.d_embed[g[2]], self.div_val[g[3]])
+
+    def encode(self, arch: Architecture, fill=None) -> np.ndarray:
+        """The vector of ``arch``; genes of absent layers are copied from ``fill`` (or 0)."""
+        x = np.zeros(self.n_genes, dtype=int) if fill is None else np.array(fill, dtype=int)
+        L = self.max_layers
+        try:
+            x[:N_GLOBAL_GENES] = [
+                self.n_layer.index(arch.n_layer), self.d_model.index(arch.d_model),
+                self.d_embed.index(arch.d_embed), self.div_val.index(arch.div_val),
+            ]
+            x[N_GLOBAL_GENES : N_GLOBAL_GENES + arch.n_layer] = [self.n_head.index(h) for h in arch.n_head]
+            x[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + arch.n_layer] = [self.d_inner.index(d) for d in arch.d_inner]
+        except ValueError:
+            raise LtsedgeError(f"architecture {arch.id} is not in the search space ({self.source})") from None
+        return x
+
+    def repair(self, x) -> np.ndarray:
+        return self.encode(self.decode(x), fill=np.clip(np.round(x), 0, self.upper_bounds))
+
+    def contains(self, arch: Architecture) -> bool:
+        try:
+            return self.decode(self.encode(arch)) == arch
+        except LtsedgeError:
+            return False
+
+    # --- sampling ------------------------------------------------------------------------------
+    def sample(self, n: int, seed: int | None = None) -> list[Architecture]:
+        """Uniform per choice: n_layer, d_model, then each layer's n_head and d_inner (within its bound)."""
+        rng = random.Random(seed)
+        return [self._sample_one(rng) for _ in range(n)]
+
+    def _sample_one(self, rng: random.Random) -> Architecture:
+        n_layer, d_model = rng.choice(self.n_layer), rng.choice(self.d_model)
+        heads = [rng.choice(self.n_head) for _ in range(n_layer)]
+        inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
+        return self._architecture(n_layer, d_model, heads, inner, rng.choice(self.d_embed), rng.choice(self.div_val))
+
+    def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val) -> Architecture:
+        return Architecture(
+            n_layer=n_layer, d_model=d_model, n_head=tuple(heads), d_inner=tuple(inner), d_embed=d_embed,
+            div_val=div_val, vocab_size=self.vocab_size, n_positions=self.n_positions, cutoffs=self.cutoffs,
+            backbone=self.backbone,
+        )
+
+    # --- description and configuration -----------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        size = self.size()
+        return {
+            "source": self.source,
+            "n_layer": _describe(self.n_layer),
+            "d_model": _describe(self.d_model),
+            "n_head (per layer)": _describe(self.n_head),
+            "d_inner (per layer)": f"{_describe(self.d_inner)}, at least {self.d_inner_min_ratio:g} x d_model",
+            "d_embed": _describe(self.d_embed),
+            "div_val": _describe(self.div_val),
+            "vocab_size": self.vocab_size,
+            "n_positions": self.n_positions,
+            "size": size,
+            "size_log10": round(math.log10(size), 2),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "source"}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> SearchSpace:
+        known = {f.name for f in fields(cls)} - {"source"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise LtsedgeError(f"{source}: unknown search-space key {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS else _parse_scalar(k, v, source)
+                  for k, v in data.items()}
+        try:
+            return cls(**values, source=source)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{source}: {e}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> SearchSpace:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise LtsedgeError(f"search-space file not found: {path}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise LtsedgeError(f"{path}: malformed TOML: {e}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise LtsedgeError(f"cannot read search-space file {path}: {e}") from None
+        return cls.from_dict(data.get("space", data), source=str(path))
+
+
+_CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs")
+
+
+def _describe(values: tuple[int, ...]) -> str:
+    steps = {b - a for a, b in zip(values, values[1:])}
+    if len(values) > 3 and len(steps) == 1:
+        return f"{values[0]}..{values[-1]} step {steps.pop()} ({len(values)} choices)"
+    return "{" + ", ".join(map(str, values)) + "}"
+
+
+def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
+    """A list of integers, or a range table ``{min = 128, max = 1024, step = 64}``."""
+    if isinstance(value, dict):
+        extra = set(value) - {"min", "max", "step"}
+        if extra or not {"min", "max"} <= set(value):
+            raise LtsedgeError(f"{source}: {key} range must be {{min = .., max = .., step = ..}}, got {value}")
+        lo, hi, step = value["min"], value["max"], value.get("step", 1)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi, step)) or step < 1 or lo > hi:
+            raise LtsedgeError(f"{source}: {key} range {value} is invalid: integers with min <= max and step >= 1")
+        value = list(range(lo, hi + 1, step))
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
+    if key != "cutoffs" and (not value or min(value) < 1):
+        raise LtsedgeError(f"{source}: {key} = {value} is invalid: choices must be integers >= 1")
+    return tuple(value)
+
+
+def _parse_scalar(key: str, value: Any, source: str):
+    expected = {"d_inner_min_ratio": (int, float), "vocab_size": int, "n_positions": int, "backbone": str}[key]
+    if isinstance(value, bool) or not isinstance(value, expected):
+        raise LtsedgeError(f"{source}: {key} = {value!r} has the wrong type")
+    if key in ("vocab_size", "n_positions") and value < 2:
+        raise LtsedgeError(f"{source}: {key} = {value} is invalid: must be >= 2")
+    if key == "d_inner_min_ratio" and value < 0:
+        raise LtsedgeError(f"{source}: d_inner_min_ratio = {value} is invalid: must be >= 0")
+    return value

@@ -1,0 +1,314 @@
+"""Every measurement ever taken, in one SQLite file, so a repeated request is answered from disk.
+
+The search uses it as a cache, and a killed search resumes without re-measuring anything. A row is
+keyed by (model_key, fingerprint_hash, settings_hash, ort_version): the same model measured on the
+same device with the same profile settings and onnxruntime gives the same answer. Failures are
+stored too, so a candidate that crashes the runtime is not retried forever.
+
+Several processes may share one store: WAL journal, a busy timeout, and one statement per write.
+A corrupt or foreign file is reported, never deleted or recreated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import sys
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from ltsedge import __version__
+from ltsedge.errors import LtsedgeError
+
+ENV_VAR = "LTSEDGE_STORE"
+FILENAME = "measurements.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+
+KEY_COLUMNS = ("model_key", "fingerprint_hash", "settings_hash", "ort_version")
+FILTER_COLUMNS = KEY_COLUMNS + ("ok", "ltsedge_version")
+
+_CREATE = [
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    f"INSERT INTO schema_version (version) VALUES ({SCHEMA_VERSION})",
+    """CREATE TABLE measurements (
+        model_key TEXT NOT NULL,
+        fingerprint_hash TEXT NOT NULL,
+        settings_hash TEXT NOT NULL,
+        ort_version TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        measurement TEXT NOT NULL,      -- JSON object
+        fingerprint TEXT NOT NULL,      -- JSON object
+        settings TEXT NOT NULL,         -- JSON object
+        created_at TEXT NOT NULL,       -- ISO 8601, UTC
+        ltsedge_version TEXT NOT NULL,
+        PRIMARY KEY (model_key, fingerprint_hash, settings_hash, ort_version)
+    )""",
+]
+
+# _MIGRATIONS[v] lists the statements that take a version-v store to version v + 1.
+_MIGRATIONS: dict[int, list[str]] = {}
+
+# A success replaces anything; a failure never replaces a success (one flaky crash must not erase
+# a good measurement), but does replace an older failure (keep the latest reason).
+_UPSERT = f"""
+INSERT INTO measurements ({", ".join(KEY_COLUMNS)}, ok, measurement, fingerprint, settings,
+                          created_at, ltsedge_version)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT ({", ".join(KEY_COLUMNS)}) DO UPDATE SET
+    ok = excluded.ok, measurement = excluded.measurement, fingerprint = excluded.fingerprint,
+    settings = excluded.settings, created_at = excluded.created_at,
+    ltsedge_version = excluded.ltsedge_version
+WHERE excluded.ok OR NOT measurements.ok
+"""
+
+
+def default_store_path() -> Path:
+    """``$LTSEDGE_STORE`` if set, else ``measurements.sqlite`` in the user's cache directory."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return _cache_dir() / FILENAME
+
+
+def _cache_dir() -> Path:
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        # The XDG spec says relative values are invalid and must be ignored.
+        base = xdg if os.path.isabs(xdg) else Path.home() / ".cache"
+    return Path(base) / "ltsedge"
+
+
+def arch_key(arch_id: str, export: dict[str, Any]) -> str:
+    """Model key of an exported architecture, e.g. ``arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17``.
+
+    Export settings are sorted by name, so the same settings always give the same key.
+    """
+    _check_part("architecture id", arch_id)
+    if not isinstance(export, dict):
+        raise LtsedgeError(f"export settings must be a dict, got {type(export).__name__}")
+    parts = [f"arch:{arch_id}"]
+    for name in sorted(export):
+        value = export[name]
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            raise LtsedgeError(f"export setting {name!r} = {value!r} must be a string, number, bool or null")
+        text = value if isinstance(value, str) else json.dumps(value)
+        _check_part("export setting name", name)
+        _check_part(f"export setting {name!r}", text)
+        parts.append(f"{name}={text}")
+    return ":".join(parts)
+
+
+def file_key(sha256: str) -> str:
+    """Model key of an ONNX file given by content: ``sha256:<64 hex digits>``."""
+    if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise LtsedgeError(f"file hash {sha256!r} is not a SHA-256 hex digest (64 hex digits)")
+    return f"sha256:{sha256.lower()}"
+
+
+def _check_part(what: str, value: Any) -> None:
+    # ':' separates the parts of a key and '=' a setting from its value, so they'd make keys ambiguous.
+    if not isinstance(value, str) or not value or ":" in value or "=" in value:
+        raise LtsedgeError(f"{what} {value!r} must be a non-empty string without ':' or '='")
+
+
+class MeasurementStore:
+    """A SQLite file of measurements. Use as a context manager, or call close()."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self._conn: sqlite3.Connection | None = None
+        _make_parent(self.path)
+        try:
+            with _sqlite_errors(self.path):
+                # Autocommit: every write is one statement, so no transaction is held while measuring.
+                self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                # Safe under WAL (a power cut may lose the last rows, never corrupt) and much faster.
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._init_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    def get(
+        self,
+        model_key: str,
+        fingerprint_hash: str,
+        settings_hash: str,
+        ort_version: str,
+        *,
+        include_failures: bool = True,
+    ) -> dict[str, Any] | None:
+        """The stored measurement for this key, or None. With include_failures=False a failure counts as absent."""
+        key = _key(model_key, fingerprint_hash, settings_hash, ort_version)
+        where = " AND ".join(f"{c} = ?" for c in KEY_COLUMNS)
+        if not include_failures:
+            where += " AND ok = 1"
+        with _sqlite_errors(self.path):
+            row = self._db.execute(f"SELECT measurement FROM measurements WHERE {where}", key).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put(
+        self,
+        model_key: str,
+        fingerprint_hash: str,
+        settings_hash: str,
+        ort_version: str,
+        measurement: dict[str, Any],
+        *,
+        fingerprint: dict[str, Any],
+        settings: dict[str, Any],
+    ) -> None:
+        """Store a measurement (success or failure). A failure never overwrites a stored success."""
+        key = _key(model_key, fingerprint_hash, settings_hash, ort_version)
+        if not isinstance(measurement, dict) or not isinstance(measurement.get("ok"), bool):
+            raise LtsedgeError(f"measurement for {model_key} must be a dict with a boolean 'ok'")
+        values = (
+            *key,
+            int(measurement["ok"]),
+            _to_json("measurement", model_key, measurement),
+            _to_json("fingerprint", model_key, fingerprint),
+            _to_json("settings", model_key, settings),
+            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            __version__,
+        )
+        with _sqlite_errors(self.path):
+            self._db.execute(_UPSERT, values)
+
+    def count(self) -> int:
+        with _sqlite_errors(self.path):
+            return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+
+    def rows(self, **filters: Any) -> list[dict[str, Any]]:
+        """All rows matching the column filters (e.g. ``ok=False``), oldest first, JSON columns decoded."""
+        unknown = sorted(set(filters) - set(FILTER_COLUMNS))
+        if unknown:
+            raise LtsedgeError(f"unknown store filter {unknown[0]!r} (allowed: {', '.join(FILTER_COLUMNS)})")
+        where = " AND ".join(f"{c} = ?" for c in filters) or "1"
+        with _sqlite_errors(self.path):
+            cursor = self._db.execute(
+                f"SELECT * FROM measurements WHERE {where} ORDER BY created_at, rowid", list(filters.values())
+            )
+            names = [d[0] for d in cursor.description]
+            found = [dict(zip(names, r)) for r in cursor.fetchall()]
+        for row in found:
+            row["ok"] = bool(row["ok"])
+            for column in ("measurement", "fingerprint", "settings"):
+                row[column] = json.loads(row[column])
+        return found
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> MeasurementStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MeasurementStore({str(self.path)!r})"
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LtsedgeError(f"measurement store {self.path} is closed")
+        return self._conn
+
+    def _init_schema(self) -> None:
+        # IMMEDIATE takes the write lock up front, so two processes creating a new store don't race.
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                for statement in _CREATE:
+                    db.execute(statement)
+            elif "schema_version" not in tables:
+                raise LtsedgeError(
+                    f"measurement store {self.path} is an SQLite database of something else; "
+                    "pass --store NEW_PATH"
+                )
+            else:
+                self._migrate(db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0])
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _migrate(self, version: Any) -> None:
+        if not isinstance(version, int) or version < 1:
+            raise LtsedgeError(
+                f"measurement store {self.path} has an invalid schema version {version!r}; "
+                "move it aside or pass --store NEW_PATH"
+            )
+        if version > SCHEMA_VERSION:
+            raise LtsedgeError(
+                f"measurement store {self.path} has schema version {version}, but ltsedge {__version__} "
+                f"only knows up to {SCHEMA_VERSION}; upgrade ltsedge or pass --store NEW_PATH"
+            )
+        for v in range(version, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[v]:
+                self._db.execute(statement)
+            self._db.execute("UPDATE schema_version SET version = ?", (v + 1,))
+
+
+@contextmanager
+def _sqlite_errors(path: Path) -> Iterator[None]:
+    """Turns sqlite3 errors into one-line LtsedgeErrors that name the file and the way out."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        message = str(e)
+        if "not a database" in message or "malformed" in message:
+            raise LtsedgeError(
+                f"measurement store {path} is not a valid SQLite database ({message}); "
+                "move it aside or pass --store NEW_PATH"
+            ) from None
+        if "locked" in message:
+            raise LtsedgeError(
+                f"measurement store {path} stayed locked by another process for {BUSY_TIMEOUT_S:g} s; "
+                "retry, or pass --store NEW_PATH"
+            ) from None
+        raise LtsedgeError(
+            f"measurement store {path} cannot be used ({message}); "
+            "check that it is a writable file or pass --store NEW_PATH"
+        ) from None
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LtsedgeError(
+            f"cannot create the measurement store directory {path.parent}: {e.strerror or e}; "
+            f"pass --store PATH or set {ENV_VAR}"
+        ) from None
+
+
+def _key(*parts: Any) -> tuple[str, ...]:
+    for name, value in zip(KEY_COLUMNS, parts):
+        if not isinstance(value, str) or not value:
+            raise LtsedgeError(f"store key {name} = {value!r} must be a non-empty string")
+    return parts
+
+
+def _to_json(what: str, model_key: str, value: Any) -> str:
+    if not isinstance(value, dict):
+        raise LtsedgeError(f"{what} for {model_key} must be a dict, got {type(value).__name__}")
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise LtsedgeError(f"{what} for {model_key} is not JSON-serializable: {e}") from None

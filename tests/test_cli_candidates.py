@@ -1,0 +1,70 @@
+"""`ltsedge space | params | export` as a user runs them (a real subprocess: exit codes, no tracebacks)."""
+
+import json
+import subprocess
+import sys
+
+import onnxruntime as ort
+import pytest
+
+from ltsedge.exporters import architecture_of
+from tests.conftest import tiny_arch
+
+
+def run(*args, check_rc=None):
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_params_json(arch_file):
+    out = run("params", arch_file(), "--json", check_rc=0).stdout
+    # per layer 4d^2 + 2 d d_inner + 9d + d_inner, plus final LayerNorm 2d; embeddings 500 x 64 + 64 x 64
+    decoder = (4 * 64**2 + 2 * 64 * 128 + 9 * 64 + 128) + (4 * 64**2 + 2 * 64 * 192 + 9 * 64 + 192) + 2 * 64
+    assert decoder == 75_328
+    assert json.loads(out) == {"decoder_params": 75_328, "embedding_params": 36_096, "total_params": 111_424}
+
+
+def test_params_table(arch_file):
+    out = run("params", arch_file(), check_rc=0).stdout
+    assert "decoder_params" in out and "75,328" in out and tiny_arch().id in out
+
+
+def test_export_writes_a_loadable_model_that_says_what_it_is(arch_file, tmp_path):
+    out = tmp_path / "sub" / "model.onnx"
+    run("export", arch_file(), "-o", out, check_rc=0)
+    assert architecture_of(out) == tiny_arch()
+    assert ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).get_outputs()[0].name == "logits"
+
+
+def test_space_describes_and_samples():
+    out = run("space", check_rc=0).stdout
+    assert "n_layer" in out and "size" in out and "10^37" in out
+    lines = run("space", "--sample", 5, "--seed", 0, check_rc=0).stdout.splitlines()
+    assert len(lines) == 5 and all("n_head" in json.loads(line) for line in lines)
+    assert lines == run("space", "--sample", 5, "--seed", 0).stdout.splitlines()
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "not found"),
+    ('{"n_layer": 2,', "malformed JSON"),
+    ('{"n_layer": 2, "d_model": 64, "n_head": [2, 2], "d_inner": [64, 64], "colour": 1}', "unknown architecture field 'colour'"),
+    ('{"n_layer": 2, "d_model": 64, "n_head": [3, 2], "d_inner": [64, 64]}', "'n_head[0]' = 3"),
+])
+@pytest.mark.parametrize("command", ["params", "export"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, text, message, command):
+    path = tmp_path / "arch.json"
+    if text is not None:
+        path.write_text(text)
+    extra = ["-o", tmp_path / "m.onnx"] if command == "export" else []
+    proc = run(command, path, *extra, check_rc=2)
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_space_config_exit_2(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("n_layer = [")
+    proc = run("space", "--config", path, check_rc=2)
+    assert "malformed TOML" in proc.stderr

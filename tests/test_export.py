@@ -1,0 +1,156 @@
+"""The fast ONNX route is proven equal to the PyTorch reference model."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import ltsedge
+from ltsedge.exporters import architecture_of, export_model, read_metadata, weight_seed
+from ltsedge.exporters.compat import local_target
+from ltsedge.exporters.graph import build_graph
+from ltsedge.models.gpt2 import build_model
+from ltsedge.proxy import count_params
+from tests.conftest import random_tiny_archs, tiny_arch
+
+CPU = ["CPUExecutionProvider"]
+
+
+def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter random, biases and LayerNorms too, so no term of the graph can hide."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if p.dim() == 1 else 0.0) * 0.1)
+    return model
+
+
+def onnx_from_torch(arch, model, opset) -> bytes:
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    graph, initializers = build_graph(arch, weights, opset)
+    graph.initializer.extend(numpy_helper.from_array(a, n) for n, a in initializers.items())
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    return proto.SerializeToString()
+
+
+def max_diff(arch, model, onnx_bytes, batch=2, seq=11, seed=0) -> float:
+    ids = np.random.default_rng(seed).integers(0, arch.vocab_size, (batch, seq))
+    session = ort.InferenceSession(onnx_bytes, providers=CPU)
+    (logits,) = session.run(["logits"], {"input_ids": ids})
+    with torch.no_grad():
+        expected = model(torch.from_numpy(ids)).numpy()
+    assert logits.shape == (batch, seq, arch.vocab_size)
+    return float(np.abs(logits - expected).max())
+
+
+@pytest.mark.parametrize("arch", random_tiny_archs(24, seed=11), ids=lambda a: a.id)
+def test_onnx_logits_equal_pytorch_on_random_architectures(arch):
+    model = randomize(build_model(arch), seed=1)
+    for opset in (17, 20):  # erf formula and the Gelu operator
+        assert max_diff(arch, model, onnx_from_torch(arch, model, opset)) <= 1e-3
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"d_embed": 32, "div_val": 1}, {"d_embed": 64, "div_val": 2}, {"d_embed": 64, "div_val": 4},
+    {"d_model": 128, "n_head": [8, 2], "d_inner": [512, 256], "d_embed": 32, "div_val": 2, "cutoffs": [100, 200, 400]},
+])
+def test_exported_model_equals_its_pytorch_model_at_several_lengths(overrides):
+    """export_model's own weights (shared buffer) and serializer, end to end."""
+    arch = tiny_arch(**overrides)
+    exported = export_model(arch)
+    model = build_model(arch, weight_seed(arch), shared_weights=True)
+    for batch, seq in [(1, 1), (1, 64), (3, 17)]:
+        assert max_diff(arch, model, exported.to_bytes(), batch, seq) <= 1e-3
+
+
+def test_adaptive_output_is_a_distribution_over_the_full_vocabulary():
+    arch = tiny_arch(d_embed=32, div_val=2)
+    session = ort.InferenceSession(export_model(arch).to_bytes(), providers=CPU)
+    (logits,) = session.run(None, {"input_ids": np.array([[1, 250, 499]])})
+    assert logits.shape == (1, 3, arch.vocab_size)
+    np.testing.assert_allclose(np.exp(logits).sum(-1), 1.0, rtol=1e-4)
+
+
+def test_fast_serializer_writes_the_message_protobuf_would():
+    arch = tiny_arch(d_embed=32, div_val=2)
+    exported = export_model(arch)
+    parsed = onnx.load_from_string(exported.to_bytes())
+    model = build_model(arch, weight_seed(arch), shared_weights=True)
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    graph, initializers = build_graph(arch, weights, exported.target.opset)
+    by_name = {t.name: t for t in parsed.graph.initializer}
+    for name, array in initializers.items():
+        assert by_name[name] == numpy_helper.from_array(array, name)
+    assert [n.op_type for n in parsed.graph.node] == [n.op_type for n in graph.node]
+    onnx.checker.check_model(parsed, full_check=True)
+
+
+def test_io_contract_and_dynamic_axes():
+    proto = onnx.load_from_string(export_model(tiny_arch()).to_bytes())
+    (inp,), (out,) = proto.graph.input, proto.graph.output
+    assert inp.name == "input_ids" and inp.type.tensor_type.elem_type == onnx.TensorProto.INT64
+    assert [d.dim_param for d in inp.type.tensor_type.shape.dim] == ["batch", "sequence"]
+    assert out.name == "logits"
+    dims = out.type.tensor_type.shape.dim
+    assert [dims[0].dim_param, dims[1].dim_param, dims[2].dim_value] == ["batch", "sequence", 500]
+    assert proto.opset_import[0].version >= 17
+
+
+def test_metadata_says_what_the_file_is(tmp_path):
+    arch = tiny_arch(d_embed=32, div_val=4)
+    exported = export_model(arch)
+    path = tmp_path / "m.onnx"
+    exported.save(path)
+    meta = read_metadata(path)
+    assert json.loads(meta["architecture"]) == arch.to_dict()
+    assert meta["id"] == arch.id
+    assert int(meta["decoder_params"]) == count_params(arch).decoder_params
+    assert meta["version"] == ltsedge.__version__
+    assert architecture_of(path) == arch
+    assert (int(meta["opset"]), int(meta["ir_version"])) == (exported.target.opset, exported.target.ir_version)
+
+
+def test_default_target_is_the_newest_the_local_runtime_loads():
+    target = local_target()
+    proto = onnx.load_from_string(export_model(tiny_arch()).to_bytes())
+    assert (proto.opset_import[0].version, proto.ir_version) == (target.opset, target.ir_version)
+
+
+def test_save_returns_the_sha256_of_the_file_and_export_is_deterministic(tmp_path):
+    small, large = tiny_arch(), tiny_arch(d_model=128, d_inner=[512, 512], vocab_size=5000)
+    first = export_model(small)
+    sha = first.save(tmp_path / "a.onnx")
+    assert sha == hashlib.sha256((tmp_path / "a.onnx").read_bytes()).hexdigest()
+    export_model(large)  # grows the shared weight buffer: must not change anyone's weights
+    assert hashlib.sha256(export_model(small).to_bytes()).hexdigest() == sha
+    code = ("from ltsedge.exporters import export_model; from ltsedge.architecture import Architecture; import hashlib;"
+            f"print(hashlib.sha256(export_model(Architecture.from_json({small.to_json()!r})).to_bytes()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == sha
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_export_does_not_copy_weights_per_candidate():
+    """Matrices are views of the shared buffer; the exported pieces reference them, not copies."""
+    arch = tiny_arch(vocab_size=20000, d_model=128, d_inner=[256, 256])
+    exported = export_model(arch)
+    from ltsedge.models.weights import _POOL
+
+    views = [p for p in exported.parts if isinstance(p, memoryview)]
+    assert sum(v.nbytes for v in views) >= count_params(arch).total_params * 4 * 0.99
+    pool_start = _POOL.buffer.data_ptr()
+    pool_end = pool_start + _POOL.buffer.numel() * 4
+    matrices = [v for v in views if v.obj.ndim == 2]
+    assert len(matrices) == 2 + 2 * 4  # token and position tables, 4 matrices per layer
+    for view in matrices:
+        address = view.obj.__array_interface__["data"][0]
+        assert pool_start <= address and address + view.nbytes <= pool_end

@@ -1,0 +1,141 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.space import SearchSpace
+from tests.conftest import tiny_space
+
+
+def enumerate_space(s: SearchSpace) -> set:
+    """Brute force: every architecture the space holds."""
+    out = set()
+    for n, d, e, k in itertools.product(s.n_layer, s.d_model, s.d_embed, s.div_val):
+        per_layer = list(itertools.product(s.n_head, s.d_inner_choices(d)))
+        for layers in itertools.product(per_layer, repeat=n):
+            out.add(s._architecture(n, d, [h for h, _ in layers], [i for _, i in layers], e, k))
+    return out
+
+
+def test_default_is_the_lts_gpt2_space():
+    s = SearchSpace()
+    assert s.n_layer == tuple(range(2, 17))
+    assert s.d_model == tuple(range(128, 1025, 64))
+    assert s.n_head == (2, 4, 8) and s.d_embed == (128, 256, 512) and s.div_val == (1, 2, 4)
+    assert s.d_inner == tuple(range(256, 4097, 64))
+    assert s.d_inner_choices(1024) == tuple(range(2048, 4097, 64))  # lower bound follows d_model
+    # Exact count: sum over n_layer, d_model of (3 heads x valid d_inner)^n_layer, x 9 embedding choices.
+    assert s.size() == 9 * sum((3 * len(s.d_inner_choices(d))) ** n for n in range(2, 17) for d in s.d_model)
+    assert s.size() > 10**37
+
+
+def test_size_is_exact_on_a_space_small_enough_to_enumerate():
+    s = tiny_space(n_layer=(1, 2), d_model=(32, 64), d_inner=(64, 96, 128), d_embed=(32, 64), div_val=(1, 2))
+    assert s.size() == len(enumerate_space(s))
+
+
+def test_sampling_is_seeded_and_valid():
+    s = SearchSpace()
+    a, b = s.sample(20, seed=3), s.sample(20, seed=3)
+    assert a == b and a != s.sample(20, seed=4)
+    for arch in a:
+        assert s.contains(arch)
+        assert all(di >= 2 * arch.d_model for di in arch.d_inner)
+
+
+def test_sampling_covers_the_choices():
+    archs = tiny_space().sample(400, seed=0)
+    assert {a.n_layer for a in archs} == {1, 2, 3}
+    assert {a.div_val for a in archs} == {1, 2}
+    assert {h for a in archs for h in a.n_head} == {2, 4}
+
+
+def test_every_vector_in_bounds_decodes_to_a_valid_architecture_and_repair_is_idempotent():
+    s = SearchSpace()
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        x = rng.integers(0, np.array(s.upper_bounds) + 1)
+        arch = s.decode(x)
+        assert s.contains(arch)
+        repaired = s.repair(x)
+        assert s.decode(repaired) == arch
+        assert (s.repair(repaired) == repaired).all()
+        assert (0 <= repaired).all() and (repaired <= s.upper_bounds).all()
+
+
+def test_genes_beyond_n_layer_are_ignored_but_kept():
+    s = SearchSpace()
+    arch = s.sample(1, seed=1)[0]
+    x = s.encode(arch)
+    tail = s.n_genes - 1  # last d_inner gene belongs to layer 16
+    if arch.n_layer < 16:
+        y = x.copy()
+        y[tail] = (y[tail] + 5) % (s.upper_bounds[tail] + 1)
+        assert s.decode(y) == arch
+        assert s.repair(y)[tail] == y[tail]
+
+
+def test_d_inner_below_the_bound_is_raised_to_it():
+    s = SearchSpace()
+    x = np.zeros(s.n_genes, dtype=int)
+    x[1] = s.d_model.index(1024)
+    assert all(di == 2048 for di in s.decode(x).d_inner)
+
+
+def test_encode_rejects_an_architecture_outside_the_space():
+    s = tiny_space()
+    with pytest.raises(LtsedgeError, match="not in the search space"):
+        s.encode(SearchSpace().sample(1, seed=0)[0])
+
+
+def test_toml_config(tmp_path):
+    path = tmp_path / "space.toml"
+    path.write_text("""
+n_layer = {min = 2, max = 4}
+d_model = {min = 64, max = 128, step = 64}
+n_head = [2, 4]
+d_inner = {min = 128, max = 512, step = 128}
+d_embed = [64]
+div_val = [1, 2]
+vocab_size = 1000
+n_positions = 128
+""")
+    s = SearchSpace.load(path)
+    assert s.n_layer == (2, 3, 4) and s.d_model == (64, 128) and s.d_inner == (128, 256, 384, 512)
+    assert s.vocab_size == 1000 and s.source == str(path)
+    assert all(a.vocab_size == 1000 for a in s.sample(5, seed=0))
+    # a [space] table works too
+    path.write_text("[space]\nn_layer = [2]\n")
+    assert SearchSpace.load(path).n_layer == (2,)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("n_layer = [2, 3", ["malformed TOML"]),
+    ("layers = [2]", ["unknown search-space key 'layers'"]),
+    ("n_layer = {min = 4, max = 2}", ["n_layer", "min <= max"]),
+    ("n_layer = [0, 1]", ["n_layer", ">= 1"]),
+    ("n_head = [3]", ["n_head 3 does not divide d_model 128"]),
+    ("d_inner = {min = 64, max = 128}\nd_model = [128]", ["no d_inner choice", "d_model = 128"]),
+    ("vocab_size = 'big'", ["vocab_size", "wrong type"]),
+    ("n_head = 'two'", ["n_head", "list of integers"]),
+])
+def test_bad_config_gives_one_line_errors(tmp_path, text, words):
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    with pytest.raises(LtsedgeError) as err:
+        SearchSpace.load(path)
+    assert "\n" not in str(err.value)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(LtsedgeError, match="not found"):
+        SearchSpace.load(tmp_path / "nope.toml")
+
+
+def test_describe_reports_the_size():
+    d = SearchSpace().describe()
+    assert d["size"] == SearchSpace().size() and math.isclose(d["size_log10"], math.log10(d["size"]), abs_tol=0.01)
