@@ -98,6 +98,131 @@ def _save(model, path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Measurement: devices, profile
+# ---------------------------------------------------------------------------------------------
+DEVICE_HELP = "Device profile: a built-in name (see `ltsedge devices`) or a path to a profile TOML."
+STORE_HELP = "Measurement store (SQLite). Default: $LTSEDGE_STORE, else the user cache directory."
+
+
+@app.command()
+def devices() -> None:
+    """List the built-in device profiles."""
+    from ltsedge.devices import builtin_profiles
+
+    for profile in builtin_profiles():
+        typer.echo(f"{profile.name:<8} {profile.description}")
+
+
+@app.command()
+def profile(
+    model: Path = typer.Argument(..., metavar="MODEL.onnx|ARCH.json", help="An ONNX model, or an architecture JSON."),
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    fresh: bool = typer.Option(False, "--fresh", help="Measure again even if the store has this measurement."),
+    shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
+    target_ort: Optional[str] = typer.Option(None, "--target-ort", help="For ARCH.json: onnxruntime version to export for."),
+) -> None:
+    """Measure latency and peak memory of a model on a device (answered from the store when known)."""
+    from ltsedge.profiling import profile_model
+
+    result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shapes(shape),
+                           target_ort=target_ort)
+    if as_json:
+        typer.echo(json.dumps(result, default=str))
+        return
+    _print_profile(result)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def parse_shapes(items: list[str]) -> dict[str, list[int]]:
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.lower().split("x")]
+            if any(d < 1 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise LtsedgeError(f"--shape {item!r} is not NAME=DIMxDIM... with positive integers (e.g. input_ids=1x192)") from None
+    return shapes
+
+
+def _print_profile(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{r['model']} on {r['device']}", show_header=False)
+    if not r["ok"]:
+        table.add_row("error", str(r["error"]))
+    else:
+        table.add_row("latency (median)", f"{r['latency_ms']:.2f} ms")
+        table.add_row("latency p90", f"{r['latency_p90_ms']:.2f} ms")
+        table.add_row("latency min", f"{r['latency_min_ms']:.2f} ms")
+        table.add_row("coefficient of variation", f"{100 * r['latency_cv']:.1f} % over {r['runs']} runs"
+                      + ("" if r.get("converged") else " (not converged)"))
+        table.add_row("peak memory", f"{r['peak_memory_mb']:.1f} MB")
+        table.add_row("weights", f"{r['weights_mb']:.1f} MB")
+    for key in ("decoder_params", "total_params"):
+        if r.get(key) is not None:
+            table.add_row(key.replace("_", " "), f"{r[key]:,}")
+    fp = r["fingerprint"]
+    table.add_row("machine", f"{fp.get('cpu_model')} ({fp.get('arch')}, {fp.get('logical_cores')} cores)")
+    table.add_row("onnxruntime", f"{fp.get('onnxruntime')} {r.get('execution_provider', '')}")
+    table.add_row("from", "store" if r.get("cached") else "measured now")
+    Console().print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# Search
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def search(
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    preset: str = typer.Option("default", "--preset", help="default | quick | smoke (see README)."),
+    space_file: Optional[Path] = typer.Option(None, "--space", help="Search-space TOML (overrides the preset's space)."),
+    out: Path = typer.Option(Path("ltsedge-out"), "--out", help="Output directory (also holds the checkpoint)."),
+    population: Optional[int] = typer.Option(None, "--population", min=2, help="NSGA-II population size."),
+    generations: Optional[int] = typer.Option(None, "--generations", min=1, help="Number of generations."),
+    seed: int = typer.Option(0, "--seed", help="Seed: the same seed samples the same sequence."),
+    max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", min=0.0, help="Latency budget."),
+    max_memory_mb: Optional[float] = typer.Option(None, "--max-memory-mb", min=0.0, help="Peak-memory budget."),
+    min_params: Optional[int] = typer.Option(None, "--min-params", min=0, help="Lowest decoder-parameter count."),
+    max_params: Optional[int] = typer.Option(None, "--max-params", min=0, help="Highest decoder-parameter count."),
+    sequence: Optional[int] = typer.Option(None, "--sequence", min=1, help="Sequence length to measure at."),
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Measure the layer-scaled GPT-2 baseline."),
+    baseline_d_model: Optional[int] = typer.Option(None, "--baseline-d-model", min=1),
+    baseline_d_inner: Optional[int] = typer.Option(None, "--baseline-d-inner", min=1),
+    baseline_n_head: Optional[int] = typer.Option(None, "--baseline-n-head", min=1),
+    baseline_layers: Optional[int] = typer.Option(None, "--baseline-layers", min=1, help="Baseline with 1..N layers."),
+    target_ort: Optional[str] = typer.Option(None, "--target-ort", help="onnxruntime version the models must load in."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    fresh: bool = typer.Option(False, "--fresh", help="Ignore the store: measure every candidate on this run."),
+    restart: bool = typer.Option(False, "--restart", help="Discard a checkpoint in --out and start over."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display; the summary only."),
+) -> None:
+    """Search the space for the Pareto frontier of decoder parameters vs latency vs memory on a device."""
+    from ltsedge.search.api import SearchOptions, run_search
+
+    options = SearchOptions(
+        device=device, preset=preset, space_file=space_file, out=out, population=population, generations=generations,
+        seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
+        max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
+        baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
+        target_ort=target_ort, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
+    )
+    result = run_search(options)
+    from ltsedge.search.summary import print_summary
+
+    print_summary(result)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+# ---------------------------------------------------------------------------------------------
 def main() -> None:
     try:
         app()

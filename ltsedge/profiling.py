@@ -1,0 +1,66 @@
+"""``profile_model``: measure one model (an ONNX file or an architecture) on a device, through the store.
+
+An ONNX file is keyed in the store by its sha256; an architecture by its id and export settings, so
+``ltsedge profile arch.json`` and a search that met the same architecture share the measurement.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ltsedge.architecture import Architecture
+from ltsedge.devices import DeviceProfile, load_profile
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters import architecture_of, export_model
+from ltsedge.exporters.compat import target_for
+from ltsedge.proxy import count_params
+from ltsedge.runners import Runner
+from ltsedge.search.evaluate import WEIGHTS_SCHEME
+from ltsedge.search.frontier import sha256_of
+from ltsedge.store import MeasurementStore, arch_key, file_key
+
+
+def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
+                  fresh: bool = False, shapes: dict[str, list[int]] | None = None,
+                  target_ort: str | None = None) -> dict:
+    """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object)."""
+    profile = device if isinstance(device, DeviceProfile) else load_profile(device)
+    path = Path(model)
+    if not path.exists():
+        raise LtsedgeError(f"model file not found: {path}")
+    target_ort = target_ort or profile.target_ort
+    with MeasurementStore(store_path) as store, Runner(profile) as runner, \
+            tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
+        if path.suffix.lower() == ".json":
+            arch = Architecture.load(path)
+            target = target_for(target_ort)
+            key = arch_key(arch.id, {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME})
+            onnx_path = None
+        else:
+            arch = _architecture_or_none(path)
+            key = file_key(sha256_of(path))
+            onnx_path = path
+        fingerprint = runner.fingerprint()
+        store_key = (key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
+        measurement = None if fresh else store.get(*store_key)
+        cached = measurement is not None
+        if measurement is None:
+            if onnx_path is None:
+                onnx_path = Path(scratch) / f"{arch.id}.onnx"
+                export_model(arch, target_ort=target_ort).save(onnx_path)
+            measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
+            if not shapes:  # a measurement at non-default shapes is not the profile's measurement
+                store.put(*store_key, measurement, fingerprint=fingerprint, settings=profile.settings())
+    counts = count_params(arch).to_dict() if arch else {}
+    return {"model": str(path), "device": profile.name, **measurement, **counts,
+            "architecture_id": arch.id if arch else None, "cached": cached,
+            "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
+
+
+def _architecture_or_none(path: Path) -> Architecture | None:
+    try:
+        return architecture_of(path)
+    except LtsedgeError:
+        return None  # not loadable by onnx: the runner reports the load failure with its reason

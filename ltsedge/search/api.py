@@ -1,0 +1,108 @@
+"""``run_search``: the Python API behind ``ltsedge search`` (options -> preset, profile, settings -> run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ltsedge.devices import load_profile
+from ltsedge.errors import LtsedgeError
+from ltsedge.search.baseline import BaselineSpec
+from ltsedge.search.presets import get_preset
+from ltsedge.search.problem import Budgets
+from ltsedge.search.run import SearchResult, SearchRun, SearchSettings
+from ltsedge.space import SearchSpace
+from ltsedge.store import MeasurementStore
+
+
+@dataclass
+class SearchOptions:
+    device: str = "cpu"
+    preset: str = "default"
+    space_file: Path | None = None
+    out: Path = Path("ltsedge-out")
+    population: int | None = None
+    generations: int | None = None
+    seed: int = 0
+    max_latency_ms: float | None = None
+    max_memory_mb: float | None = None
+    min_params: int | None = None
+    max_params: int | None = None
+    sequence: int | None = None
+    baseline: bool = True
+    baseline_d_model: int | None = None
+    baseline_d_inner: int | None = None
+    baseline_n_head: int | None = None
+    baseline_layers: int | None = None
+    target_ort: str | None = None
+    store_path: Path | None = None
+    fresh: bool = False
+    restart: bool = False
+    quiet: bool = False
+
+
+def resolve(options: SearchOptions):
+    """(settings, profile) from the options: preset first, then the device's defaults, then explicit options."""
+    preset = get_preset(options.preset)
+    profile = preset.apply(load_profile(options.device))
+    if options.sequence is not None:
+        profile = profile.replace(sequence=options.sequence)
+    space = SearchSpace.load(options.space_file) if options.space_file else preset.space
+    budgets = Budgets(
+        max_latency_ms=_first(options.max_latency_ms, profile.max_latency_ms),
+        max_memory_mb=_first(options.max_memory_mb, profile.max_memory_mb),
+        min_params=options.min_params, max_params=options.max_params,
+    )
+    if budgets.min_params is not None and budgets.max_params is not None and budgets.min_params > budgets.max_params:
+        raise LtsedgeError(f"--min-params {budgets.min_params} is above --max-params {budgets.max_params}")
+    settings = SearchSettings(
+        space=space, population=options.population or preset.population,
+        generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
+        baseline=_baseline(options, preset.baseline), target_ort=_first(options.target_ort, profile.target_ort),
+    )
+    return settings, profile
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _baseline(options: SearchOptions, spec: BaselineSpec | None) -> BaselineSpec | None:
+    if not options.baseline:
+        return None
+    spec = spec or BaselineSpec()
+    changes = {k: v for k, v in {"d_model": options.baseline_d_model, "d_inner": options.baseline_d_inner,
+                                 "n_head": options.baseline_n_head}.items() if v is not None}
+    if options.baseline_layers is not None:
+        changes["layers"] = tuple(range(1, options.baseline_layers + 1))
+    spec = replace(spec, **changes)
+    if spec.d_model % spec.n_head:
+        raise LtsedgeError(f"--baseline-n-head {spec.n_head} does not divide --baseline-d-model {spec.d_model}")
+    return spec
+
+
+def run_search(options: SearchOptions, log=None) -> SearchResult:
+    settings, profile = resolve(options)
+    progress = None
+    if not options.quiet:
+        from ltsedge.search.progress import SearchProgress
+
+        progress = SearchProgress(settings.generations, settings.population)
+    if log is None:
+        log = _stderr_logger(progress)
+    with MeasurementStore(options.store_path) as store:
+        run = SearchRun(settings, profile, options.out, store, fresh=options.fresh, restart=options.restart,
+                        log=log, progress=progress)
+        return run.run()
+
+
+def _stderr_logger(progress):
+    import sys
+
+    def log(message: str) -> None:
+        if progress is not None:
+            progress.progress.console.print(message)
+        else:
+            print(message, file=sys.stderr)
+
+    return log

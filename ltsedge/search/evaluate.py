@@ -1,0 +1,162 @@
+"""Evaluating candidates: proxy analytically, latency and memory from the store or the device.
+
+For each architecture not seen before: count its decoder parameters; look it up in the store; else
+export it, write it to a scratch file, measure it in the runner's worker, record the measurement in
+the store (failures too, with their reason) and in the search's own append-only candidate log, then
+delete the scratch file. Nothing runs beside a measurement: export happens before, never during.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ltsedge.architecture import Architecture
+from ltsedge.devices import DeviceProfile
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.exporters import export_model
+from ltsedge.exporters.compat import target_for
+from ltsedge.proxy import ParamCounts, count_params
+from ltsedge.runners import Runner
+from ltsedge.search.problem import Budgets
+from ltsedge.store import MeasurementStore, arch_key
+
+WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
+
+
+@dataclass
+class Candidate:
+    arch: Architecture
+    params: ParamCounts
+    measurement: dict
+    source: str  # "measured", "store" or "skipped"
+    generation: int
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.measurement.get("ok"))
+
+    @property
+    def latency_ms(self) -> float | None:
+        return self.measurement.get("latency_ms")
+
+    @property
+    def memory_mb(self) -> float | None:
+        return self.measurement.get("peak_memory_mb")
+
+    def to_record(self, budgets: Budgets) -> dict:
+        violations = budgets.violations(self.params.decoder_params, self.latency_ms, self.memory_mb)
+        return {
+            "id": self.arch.id, "generation": self.generation, "source": self.source, "ok": self.ok,
+            "feasible": self.ok and not violations, "violations": violations,
+            "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
+            "architecture": self.arch.to_dict(), "measurement": self.measurement,
+        }
+
+
+@dataclass
+class EvaluationStats:
+    measured: int = 0
+    cached: int = 0
+    failed: int = 0
+    skipped: int = 0
+    export_seconds: float = 0.0
+    load_seconds: float = 0.0
+    inference_seconds: float = 0.0
+    evaluate_seconds: float = 0.0
+    history: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "history"}
+
+
+class CandidateEvaluator:
+    def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, work_dir: Path,
+                 budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
+                 log_path: Path | None = None, on_progress: Callable[[], None] | None = None):
+        self.profile, self.runner, self.store = profile, runner, store
+        self.target_ort, self.target = target_ort, target_for(target_ort)
+        self.work_dir, self.budgets, self.fresh = work_dir, budgets, fresh
+        self.log_path, self.on_progress = log_path, on_progress
+        self.seen: dict[str, Candidate] = {}
+        self.stats = EvaluationStats()
+        self.fingerprint = runner.fingerprint()
+        self.fingerprint_hash = fingerprint_hash(self.fingerprint)
+
+    def store_key(self, arch: Architecture) -> tuple:
+        export = {"opset": self.target.opset, "ir": self.target.ir_version, "weights": WEIGHTS_SCHEME}
+        return (arch_key(arch.id, export), self.fingerprint_hash, self.profile.settings_hash(),
+                self.fingerprint.get("onnxruntime", ""))
+
+    def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
+        """Candidates for ``archs`` in order; each distinct architecture is measured at most once."""
+        started = time.perf_counter()
+        to_measure: list[Architecture] = []
+        for arch in archs:
+            if arch.id in self.seen or any(a.id == arch.id for a in to_measure):
+                continue
+            known = self._without_measuring(arch, generation)
+            if known is None:
+                to_measure.append(arch)
+            else:
+                self._record(known)
+        chunk = max(1, self.profile.drift_check_every or 10)
+        for i in range(0, len(to_measure), chunk):
+            for candidate in self._measure(to_measure[i : i + chunk], generation):
+                self._record(candidate)
+        self.stats.evaluate_seconds += time.perf_counter() - started
+        return [self.seen[a.id] for a in archs]
+
+    def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
+        params = count_params(arch)
+        out_of_budget = {k: v for k, v in self.budgets.violations(params.decoder_params, None, None).items()}
+        if out_of_budget:
+            reason = "skipped: decoder parameters outside the budget (" + ", ".join(out_of_budget) + ")"
+            return Candidate(arch, params, {"ok": False, "error": reason}, "skipped", generation)
+        if self.fresh:
+            return None
+        stored = self.store.get(*self.store_key(arch))
+        return None if stored is None else Candidate(arch, params, stored, "store", generation)
+
+    def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
+        paths = []
+        try:
+            for arch in archs:
+                t = time.perf_counter()
+                path = self.work_dir / f"{arch.id}.onnx"
+                export_model(arch, target_ort=self.target_ort).save(path)
+                paths.append(path)
+                self.stats.export_seconds += time.perf_counter() - t
+            measurements = self.runner.measure_many(paths)
+        finally:
+            for path in paths:
+                path.unlink(missing_ok=True)
+        out = []
+        for arch, m in zip(archs, measurements):
+            record = m.to_dict()
+            self.stats.load_seconds += record.get("load_seconds") or 0.0
+            self.stats.inference_seconds += record.get("inference_seconds") or 0.0
+            self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint,
+                           settings=self.profile.settings())
+            out.append(Candidate(arch, count_params(arch), record, "measured", generation))
+        return out
+
+    def _record(self, candidate: Candidate) -> None:
+        self.seen[candidate.arch.id] = candidate
+        s = self.stats
+        if candidate.source == "skipped":
+            s.skipped += 1
+        elif candidate.source == "store":
+            s.cached += 1
+        else:
+            s.measured += 1
+        if candidate.source != "skipped" and not candidate.ok:
+            s.failed += 1
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:  # append-only: survives kill -9
+                f.write(json.dumps(candidate.to_record(self.budgets)) + "\n")
+        if self.on_progress:
+            self.on_progress()

@@ -1,0 +1,83 @@
+"""Writing a search's results: frontier.json/.csv, candidates.csv, baseline.csv, search.json."""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+from pathlib import Path
+
+from ltsedge.search.evaluate import Candidate
+from ltsedge.search.frontier import PublishedModel
+from ltsedge.search.problem import Budgets
+
+FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "peak_memory_mb",
+                    "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"]
+CANDIDATE_COLUMNS = ["id", "generation", "source", "ok", "feasible", "decoder_params", "total_params",
+                     "latency_ms", "latency_p90_ms", "peak_memory_mb", "error", "violations", "n_layer", "d_model",
+                     "n_head", "d_inner", "d_embed", "div_val"]
+
+
+def versions() -> dict:
+    import numpy
+    import onnx
+    import onnxruntime
+    import pymoo
+    import torch
+
+    import ltsedge
+
+    return {"ltsedge": ltsedge.__version__, "python": platform.python_version(), "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+            "pymoo": pymoo.__version__}
+
+
+def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
+    c, m = p.candidate, p.candidate.measurement
+    return {
+        "id": c.arch.id, "architecture": c.arch.to_dict(),
+        "decoder_params": c.params.decoder_params, "total_params": c.params.total_params,
+        "latency_ms": m.get("latency_ms"), "latency_p90_ms": m.get("latency_p90_ms"),
+        "latency_cv": m.get("latency_cv"), "peak_memory_mb": m.get("peak_memory_mb"),
+        "weights_mb": m.get("weights_mb"),
+        "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256, "measurement": m,
+    }
+
+
+def _flat_arch(arch) -> dict:
+    return {"n_layer": arch.n_layer, "d_model": arch.d_model, "n_head": " ".join(map(str, arch.n_head)),
+            "d_inner": " ".join(map(str, arch.d_inner)), "d_embed": arch.d_embed, "div_val": arch.div_val}
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def write_all(out_dir: Path, published: list[PublishedModel], evaluator, candidates: list[Candidate],
+              baseline: list[Candidate], comparison: list[dict], summary: dict, budgets: Budgets) -> None:
+    entries = [frontier_entry(p, out_dir) for p in published]
+    export = summary.get("export", {})
+    _write_json(out_dir / "frontier.json", {"device": summary["device"]["name"], "fingerprint": summary["fingerprint"],
+                                            "export": export, "models": entries})
+    _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
+               [{**e, **_flat_arch(p.candidate.arch)} for e, p in zip(entries, published)])
+    rows = []
+    for c in sorted(candidates, key=lambda c: (c.generation, c.arch.id)):
+        record = c.to_record(budgets)
+        m = c.measurement
+        rows.append({**record, **_flat_arch(c.arch), "latency_ms": m.get("latency_ms"),
+                     "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),
+                     "error": m.get("error") or "", "violations": " ".join(record["violations"])})
+    _write_csv(out_dir / "candidates.csv", CANDIDATE_COLUMNS, rows)
+    if comparison:
+        _write_csv(out_dir / "baseline.csv", list(comparison[0]), comparison)
+    _write_json(out_dir / "search.json", {**summary, "baseline_comparison": comparison})

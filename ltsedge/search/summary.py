@@ -1,0 +1,47 @@
+"""The one-screen summary printed at the end of ``ltsedge search``."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ltsedge.search.run import SearchResult
+
+
+def print_summary(result: SearchResult, console: Console | None = None) -> None:
+    console = console or Console()
+    s = result.summary
+    ev = s["evaluation"]
+    state = "interrupted" if result.interrupted else "done"
+    console.print(
+        f"[bold]ltsedge search {state}[/]: {s['generations_completed']} generations, "
+        f"{ev['measured']} measured, {ev['cached']} from the store, {ev['failed']} failed, "
+        f"{ev['skipped']} outside the parameter budget, {s['wall_seconds'] / 60:.1f} min on {s['device']['name']}"
+    )
+    table = Table(title=f"Pareto frontier ({len(result.frontier)} models)")
+    for column in ("id", "decoder params", "latency ms (p90)", "peak MB", "layers x d_model"):
+        table.add_column(column, justify="right" if column != "id" else "left")
+    for p in result.frontier:
+        c, m = p.candidate, p.candidate.measurement
+        table.add_row(c.arch.id, f"{c.params.decoder_params / 1e6:.2f}M",
+                      f"{m['latency_ms']:.1f} ({m['latency_p90_ms']:.1f})", f"{m['peak_memory_mb']:.0f}",
+                      f"{c.arch.n_layer} x {c.arch.d_model}")
+    console.print(table)
+    compared = [r for r in result.baseline if r["speedup"] is not None]
+    if result.baseline:
+        base = Table(title="vs the layer-scaled baseline (frontier model with at least its decoder params, fastest)")
+        for column in ("baseline layers", "decoder params", "latency ms", "frontier latency ms", "speedup",
+                       "memory ratio"):
+            base.add_column(column, justify="right")
+        for r in result.baseline:
+            if r["speedup"] is None:
+                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M",
+                             f"{r['latency_ms']:.1f}" if r["latency_ms"] else "failed", "-", "-", "-")
+            else:
+                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.1f}",
+                             f"{r['frontier_latency_ms']:.1f}", f"{r['speedup']:.2f}x", f"{r['memory_ratio']:.2f}x")
+        console.print(base)
+        if not compared:
+            console.print("no frontier model reaches the baseline's decoder parameters")
+    console.print(f"outputs in {result.out_dir}/: frontier.json, frontier.csv, candidates.csv, "
+                  f"{'baseline.csv, ' if result.baseline else ''}search.json, models/")
