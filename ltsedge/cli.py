@@ -223,6 +223,38 @@ def search(
 
 
 # ---------------------------------------------------------------------------------------------
+# Budgets in CI
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def check(
+    models: list[Path] = typer.Argument(None, metavar="MODEL.onnx...", help="ONNX models to check (any ONNX model)."),
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", min=0.0, help="Latency budget (median)."),
+    max_memory_mb: Optional[float] = typer.Option(None, "--max-memory-mb", min=0.0, help="Peak-memory budget."),
+    budgets: Optional[Path] = typer.Option(None, "--budgets", help="TOML naming models and their budgets per device."),
+    shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
+    against: Optional[Path] = typer.Option(None, "--against", help="Previous `check --json` or `profile --json` output."),
+    max_regression: float = typer.Option(0.10, "--max-regression", min=0.0, help="Allowed regression vs --against."),
+    force: bool = typer.Option(False, "--force", help="Compare with --against even across machine fingerprints."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+) -> None:
+    """Gate models on latency/memory budgets: exit 0 within budget, 1 over budget or regressed, 2 bad input."""
+    from ltsedge.check import run_check
+
+    report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
+                       budgets_file=budgets, shapes=parse_shapes(shape), against=against,
+                       max_regression=max_regression, force=force)
+    if junit:
+        report.write_junit(junit)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), default=str))
+    else:
+        report.render()
+    raise typer.Exit(report.exit_code)
+
+
+# ---------------------------------------------------------------------------------------------
 def main() -> None:
     try:
         app()
