@@ -194,8 +194,9 @@ def _from_toml(path: Path, *, source: str, default_name: str) -> DeviceProfile:
     fields.setdefault("name", default_name)
     try:
         return DeviceProfile(source=source, **fields)
-    except LtsedgeError as e:  # cross-field checks (e.g. max_runs < min_runs) name the profile, add the file
-        raise LtsedgeError(f"{where}: {e}") from None
+    except LtsedgeError as e:  # range checks name the profile; say the file instead
+        message = str(e).removeprefix(f"device profile {fields['name']!r}: ")
+        raise LtsedgeError(f"{where}: {message}") from None
 
 
 def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -220,33 +221,38 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------
-_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(DeviceProfile)}
+# Field -> (base type, optional), from the annotations: "float | None" -> ("float", True).
+_FIELD_TYPES = {f.name: (f.type.split(" | ")[0], f.type.endswith("| None")) for f in dataclasses.fields(DeviceProfile)}
+_EXPECTED = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+             "dict": "a table of options"}
 _OPTION_TYPES = (str, int, float, bool)
+
+
+def _has_type(base: str, value: Any) -> bool:
+    if base == "str":
+        return isinstance(value, str)
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "dict":
+        return isinstance(value, dict)
+    numbers = (int, float) if base == "float" else (int,)
+    return isinstance(value, numbers) and not isinstance(value, bool)  # True is an int to Python, not to us
 
 
 def _check_type(name: str, value: Any, key: str, where: str) -> Any:
     """The value, normalised (ints accepted for floats); a one-line error naming key, value and type."""
-    kind = _FIELD_TYPES[name]
-    optional = "| None" in kind
+    base, optional = _FIELD_TYPES[name]
     if value is None and optional:
         return None
-    expected = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-                "dict": "a table of options"}[kind.split(" ")[0]]
-    base = kind.split(" ")[0]
-    ok = {
-        "str": isinstance(value, str),
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "dict": isinstance(value, dict) and all(isinstance(v, _OPTION_TYPES) for v in value.values()),
-    }[base]
-    if not ok:
-        if base == "dict" and isinstance(value, dict):
-            expected = "a table of string, number or boolean options"
-        raise LtsedgeError(f"{where}: {key} = {_toml_repr(value)} has the wrong type: expected {expected}")
+    if not _has_type(base, value):
+        raise LtsedgeError(f"{where}: {key} = {_toml_repr(value)} has the wrong type: expected {_EXPECTED[base]}")
     if base == "float":
         return float(value)
     if base == "dict":
+        for option, option_value in value.items():
+            if not isinstance(option_value, _OPTION_TYPES):
+                raise LtsedgeError(f"{where}: {key}.{option} = {_toml_repr(option_value)} has the wrong type: "
+                                   f"expected a string, number or boolean")
         return {str(k): v for k, v in value.items()}
     return value
 

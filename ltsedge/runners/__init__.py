@@ -1,0 +1,16 @@
+"""Measuring ONNX models with onnxruntime on this device: latency, peak memory, failures.
+
+    with Runner(load_profile("cpu")) as runner:
+        m = runner.measure("model.onnx")      # Measurement(ok=True, latency_ms=..., peak_memory_mb=...)
+
+Modules: ``runner`` (the Runner, drift check), ``process`` (the worker subprocess seen from the
+parent), ``worker`` (the measuring process itself), ``inputs`` (feeds for any model), ``stats`` (when
+to stop timing), ``policy`` (cool-down and drift rules), ``weights`` (initializer bytes of a file),
+``reference`` (the drift reference model), ``measurement`` (the result).
+"""
+
+from ltsedge.runners.inputs import make_inputs
+from ltsedge.runners.measurement import Measurement
+from ltsedge.runners.runner import Runner, measure
+
+__all__ = ["Measurement", "Runner", "make_inputs", "measure"]

@@ -1,0 +1,54 @@
+"""One model's measurement on one device: latency, memory, and the machine's state at the time."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ltsedge.errors import LtsedgeError
+
+
+@dataclass
+class Measurement:
+    ok: bool
+    error: str | None = None  # one line, e.g. "timed out after 30 s"; None when ok
+    # Latency of one forward pass (ms): median of the timed runs, 90th percentile, fastest, and the
+    # coefficient of variation; converged = the median's 95% interval got within the tolerance.
+    latency_ms: float | None = None
+    latency_p90_ms: float | None = None
+    latency_min_ms: float | None = None
+    latency_cv: float | None = None
+    runs: int = 0
+    converged: bool = False
+    # Memory (MB = 2**20 bytes): peak RSS while loading and running, over the worker's RSS before
+    # loading; the initializers' total size; GPU memory on CUDA (None where unknown).
+    peak_memory_mb: float | None = None
+    weights_mb: float | None = None
+    device_peak_memory_mb: float | None = None
+    # Where the time went: creating the session vs warm-up and timed runs.
+    load_seconds: float = 0.0
+    inference_seconds: float = 0.0
+    # The machine's state right after the runs (None where the sensor is unreadable).
+    load_avg: float | None = None
+    cpu_freq_mhz: float | None = None
+    temperature_c: float | None = None
+    throttled: bool | None = None
+    drift_remeasured: bool = False  # measured again after the reference model drifted
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+            raise LtsedgeError("a measurement must be a JSON object with a boolean 'ok'")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise LtsedgeError(f"unknown measurement field {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        return cls(**data)
+
+    @classmethod
+    def failure(cls, error: str, **fields: Any) -> Measurement:
+        return cls(ok=False, error=error, **fields)

@@ -1,0 +1,337 @@
+"""The measuring process: loads one model at a time into onnxruntime and times it.
+
+Run as ``python -m ltsedge.runners.worker`` by ``ltsedge.runners.process`` (the Runner never imports
+this module). It imports onnxruntime, numpy and psutil only (no torch, no onnx): it starts fast and
+its own memory stays small and flat, so the peak memory of a model is the model's.
+
+Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
+fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
+  -> {"cmd": "measure", "path": ..., "run": profile.settings(), "shapes": {...}, "warmup_path": ...}
+  <- {"ok": True, "latencies_ms": [...], ...} or {"ok": False, "error": "failed to load: ..."}
+  -> {"cmd": "exit"}  (or EOF)
+On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
+
+Peak memory (Linux): writing "5" to /proc/self/clear_refs resets the kernel's peak-RSS counter
+(VmHWM) to the current RSS; the model's figure is VmHWM after the runs minus RSS before loading.
+After a model, glibc's malloc_trim(0) hands freed memory back to the kernel, so the next model
+starts from the same baseline. Elsewhere the counter cannot be reset and the parent starts a fresh
+worker for every model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.runners import stats
+from ltsedge.runners.inputs import make_inputs
+from ltsedge.runners.protocol import read_message, write_message
+
+MB = 2**20
+TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
+FAULT_KEY = "ltsedge.test_fault"
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None)  # the process's own symbols: libc's included
+    except OSError:
+        return None
+
+
+LIBC = _libc() if sys.platform.startswith("linux") else None
+
+
+def rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def release_memory() -> None:
+    """Collect garbage and return freed heap pages to the kernel (glibc only; musl has no malloc_trim)."""
+    gc.collect()
+    trim = getattr(LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def reset_peak() -> bool:
+    """Set the kernel's peak-RSS counter to the current RSS. False where that is impossible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return peak_rss_bytes() is not None
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int | None:
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/status") as f:
+                m = re.search(r"^VmHWM:\s+(\d+)\s*kB", f.read(), re.MULTILINE)
+            return int(m.group(1)) * 1024 if m else None
+        except OSError:
+            return None
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, kB elsewhere
+
+
+def exit_with_parent(check_every_s: float = 1.0) -> None:
+    """Exit if the parent dies, even in the middle of a long run (an orphan would time models forever).
+
+    A thread watching the parent's pid, not prctl(PR_SET_PDEATHSIG): that fires when the parent's
+    *thread* that started us exits, which would kill a worker started from a thread pool.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(check_every_s)
+            if os.getppid() != parent:  # re-parented: the parent is gone
+                os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# onnxruntime
+# ---------------------------------------------------------------------------------------------
+def session_options(run: dict):
+    import onnxruntime as ort
+
+    levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = run["intra_op_threads"]
+    so.inter_op_num_threads = run["inter_op_threads"]
+    so.graph_optimization_level = levels[run["graph_optimization"]]
+    so.execution_mode = modes[run["execution_mode"]]
+    so.enable_cpu_mem_arena = run["enable_cpu_mem_arena"]
+    so.enable_mem_pattern = run["enable_mem_pattern"]
+    so.log_severity_level = 3  # errors only: warnings would fill the worker's log
+    return so
+
+
+def providers(run: dict) -> list:
+    ep = run["execution_provider"]
+    options = {k: _option_text(v) for k, v in run["provider_options"].items()}
+    chain = [(ep, options)]
+    if ep != "CPUExecutionProvider":
+        chain.append("CPUExecutionProvider")  # for the nodes the accelerator does not implement
+    return chain
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def create_session(path: str, run: dict):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, sess_options=session_options(run), providers=providers(run))
+    ep = run["execution_provider"]
+    if ep not in session.get_providers():  # onnxruntime falls back to the CPU silently
+        raise RuntimeError(f"execution provider {ep} could not be initialised "
+                           f"(the session runs on {', '.join(session.get_providers())})")
+    return session
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+def make_run_once(session, feeds: dict, run: dict):
+    """One full forward pass. On CUDA: inputs copied to the GPU once, outputs left there (IOBinding)."""
+    if run["execution_provider"] != "CUDAExecutionProvider":
+        return lambda: session.run(None, feeds)
+    import onnxruntime as ort
+
+    device_id = int(run["provider_options"].get("device_id", 0))
+    binding = session.io_binding()
+    device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(x, "cuda", device_id) for name, x in feeds.items()}
+    for name, value in device_inputs.items():
+        binding.bind_ortvalue_input(name, value)
+    for output in session.get_outputs():
+        binding.bind_output(output.name, "cuda", device_id)
+
+    def run_once():
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()  # wait for the GPU: time the work, not the launch
+
+    return run_once
+
+
+def time_runs(run_once, run: dict) -> tuple[list[float], bool]:
+    """Warm-up, then timed runs until the median is known within tolerance (or the budget is spent)."""
+    for _ in range(run["warmup"]):
+        run_once()
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        run_once()
+        times.append((time.perf_counter() - t0) * 1000)
+        if stats.converged(times, run["min_runs"], run["tolerance"]):
+            return times, True
+        if len(times) >= run["max_runs"] or time.perf_counter() - start >= run["max_seconds"]:
+            return times, False
+
+
+class _Shape:
+    def __init__(self, run: dict):
+        self.batch, self.sequence = run["batch"], run["sequence"]
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA device memory (optional: pynvml)
+# ---------------------------------------------------------------------------------------------
+def gpu_memory_bytes(device_id: int) -> int | None:
+    """GPU memory this process holds (pynvml); device-wide use where per-process figures are hidden
+    (e.g. containers with their own pid namespace); None without pynvml."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device_id)
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
+                return int(proc.usedGpuMemory)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:  # noqa: BLE001 - no pynvml, no driver, no permission: no figure
+        return None
+
+
+_warmed_up = False
+
+
+def warm_up_runtime(run: dict, warmup_path: str | None) -> None:
+    """Load a small model once before the first real one: onnxruntime's one-time costs (~10 MB of
+    kernel registries and allocators on a CPU; the CUDA context on a GPU) are then in the baseline,
+    so the first model in a worker is charged the same as any later one."""
+    global _warmed_up
+    if _warmed_up or not warmup_path:
+        return
+    _warmed_up = True
+    try:
+        session = create_session(warmup_path, run)
+        make_run_once(session, make_inputs(session, _Shape(run)), run)()
+        del session
+    except Exception:  # noqa: BLE001 - the real model's load reports any problem
+        pass
+    release_memory()
+
+
+# ---------------------------------------------------------------------------------------------
+# One request
+# ---------------------------------------------------------------------------------------------
+def measure(request: dict, peak_resettable: bool) -> dict:
+    run = request["run"]
+    warm_up_runtime(run, request.get("warmup_path"))
+    device_id = int(run["provider_options"].get("device_id", 0))
+    release_memory()
+    if peak_resettable:
+        reset_peak()
+    baseline = rss_bytes()
+    gpu_before = gpu_memory_bytes(device_id) if run["execution_provider"] == "CUDAExecutionProvider" else None
+    reply: dict[str, Any] = {"ok": False, "baseline_rss_mb": baseline / MB}
+    session = feeds = run_once = None
+    try:
+        t0 = time.perf_counter()
+        try:
+            session = create_session(request["path"], run)
+        except Exception as e:  # noqa: BLE001 - any load error is the model's failure, reported
+            reply["error"] = f"failed to load: {first_line(e)}"
+            return reply
+        reply["load_seconds"] = time.perf_counter() - t0
+        _test_fault(session)
+        try:
+            feeds = make_inputs(session, _Shape(run), request.get("shapes"))
+        except LtsedgeError as e:
+            reply["error"] = f"cannot make inputs: {e}"
+            return reply
+        t1 = time.perf_counter()
+        try:
+            run_once = make_run_once(session, feeds, run)
+            times, converged = time_runs(run_once, run)
+        except Exception as e:  # noqa: BLE001
+            reply["error"] = f"failed to run: {first_line(e)}"
+            return reply
+        reply["inference_seconds"] = time.perf_counter() - t1
+        peak = peak_rss_bytes()
+        gpu_after = gpu_memory_bytes(device_id) if gpu_before is not None else None
+        reply.update(ok=True, error=None, latencies_ms=times, converged=converged,
+                     peak_memory_mb=max(0.0, (peak - baseline) / MB) if peak is not None else None,
+                     device_peak_memory_mb=max(0.0, (gpu_after - gpu_before) / MB) if gpu_after is not None else None)
+        return reply
+    finally:
+        del session, feeds, run_once
+        release_memory()
+        reply["rss_after_mb"] = rss_bytes() / MB
+
+
+def _test_fault(session) -> None:
+    """Tests only: a model whose metadata asks for it kills the worker the way a broken runtime would."""
+    if os.environ.get(TEST_FAULTS_ENV) != "1":
+        return
+    fault = session.get_modelmeta().custom_metadata_map.get(FAULT_KEY)
+    if fault == "segv":
+        ctypes.string_at(0)
+    elif fault == "abort":
+        os.abort()
+    elif fault == "exit":
+        os._exit(3)
+
+
+def hello(peak_resettable: bool) -> dict:
+    import onnxruntime
+
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "scipy", "pymoo"))
+    return {"hello": True, "pid": os.getpid(), "rss_mb": rss_bytes() / MB, "peak_resettable": peak_resettable,
+            "onnxruntime": onnxruntime.__version__, "heavy_modules": heavy}
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # from here on, anything printed goes to stderr, not into the reply stream
+    requests = sys.stdin.buffer
+    exit_with_parent()
+    import onnxruntime  # noqa: F401 - imported before the first baseline, so it is not counted
+
+    onnxruntime.set_default_logger_severity(3)
+    peak_resettable = reset_peak()
+    write_message(replies, hello(peak_resettable))
+    while True:
+        request = read_message(requests)
+        if request is None or request.get("cmd") == "exit":
+            return
+        if request.get("cmd") == "measure":
+            write_message(replies, measure(request, peak_resettable))
+        else:
+            write_message(replies, {"ok": False, "error": f"unknown worker command {request.get('cmd')!r}"})
+
+
+if __name__ == "__main__":
+    main()

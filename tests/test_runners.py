@@ -1,0 +1,597 @@
+"""Runners: real measurements of tiny ONNX models in the worker, its failures, and the policies around it."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime
+import psutil
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ltsedge.architecture import Architecture
+from ltsedge.devices import load_profile
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.serialize import serialize_with_weights
+from ltsedge.runners import Measurement, Runner, make_inputs, measure
+from ltsedge.runners import policy, stats
+from ltsedge.runners.process import death_reason
+from ltsedge.runners.reference import reference_model
+from ltsedge.runners.weights import weights_mb
+from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV
+
+LINUX = sys.platform.startswith("linux")
+FAST = load_profile("cpu").replace(min_runs=3, max_runs=5, max_seconds=2.0, warmup=1, drift_check_every=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny models, built with onnx.helper
+# ---------------------------------------------------------------------------------------------
+def matmul_chain(n: int, k: int, metadata: dict[str, str] | None = None) -> bytes:
+    """x[batch, k] through n MatMuls with k x k weights: n * k * k * 4 bytes of initializers."""
+    nodes, x = [], "x"
+    for i in range(n):
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"]))
+        x = f"y{i}"
+    nodes[-1].output[0] = "y"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if metadata:
+        helper.set_model_props(model, metadata)
+    weights = [(f"w{i}", np.full((k, k), 0.01, dtype=np.float32)) for i in range(n)]
+    return serialize_with_weights(model, weights)  # fast: no protobuf copies of 200 MB
+
+
+def small_model(**metadata: str) -> bytes:
+    return matmul_chain(2, 512, metadata)  # 2 MB
+
+
+def hang_model() -> bytes:
+    """A Loop with 2**62 iterations: a real model that never finishes a forward pass."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
+        [one])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "cond", "x"], ["y"], body=body)], "hang",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("M", TensorProto.INT64, [], [2**62]),
+         helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def large_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "large.onnx"
+    path.write_bytes(matmul_chain(3, 4096))  # 192 MB of weights
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "small.onnx"
+    path.write_bytes(small_model())
+    return path
+
+
+def tiny_ltsedge_model(**overrides) -> tuple[Architecture, bytes]:
+    from ltsedge.exporters import export_model
+
+    fields = dict(n_layer=2, d_model=64, n_head=[2, 2], d_inner=[128, 128], vocab_size=500, n_positions=64)
+    arch = Architecture(**{**fields, **overrides})
+    return arch, export_model(arch).to_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Successful measurements
+# ---------------------------------------------------------------------------------------------
+def test_measure_small_model(small_path):
+    with Runner(FAST) as runner:
+        m = runner.measure(small_path)
+        assert runner._worker.hello["heavy_modules"] == []  # the worker never imports torch or onnx
+    assert m.ok and m.error is None
+    assert FAST.min_runs <= m.runs <= FAST.max_runs
+    assert 0 < m.latency_min_ms <= m.latency_ms <= m.latency_p90_ms
+    assert m.latency_cv >= 0
+    assert m.weights_mb == pytest.approx(2.0)
+    assert m.peak_memory_mb > 0 and m.load_seconds > 0 and m.inference_seconds > 0
+    if LINUX:
+        assert m.load_avg is not None
+    assert Measurement.from_dict(m.to_dict()) == m
+
+
+def test_one_shot_measure_of_bytes():
+    m = measure(small_model(), FAST)
+    assert m.ok and m.weights_mb == pytest.approx(2.0)
+
+
+def test_ltsedge_model_and_its_sequence_limit():
+    arch, data = tiny_ltsedge_model()
+    with Runner(FAST) as runner:
+        too_long = runner.measure(data)  # sequence 192 > n_positions 64
+        fits = runner.measure(data, shapes={"input_ids": [1, 32]})
+    assert not too_long.ok
+    assert too_long.error == ("cannot make inputs: input 'input_ids': sequence 192 is longer than the model's "
+                              "n_positions 64; use a profile with sequence <= 64")
+    assert fits.ok and fits.weights_mb > 0
+    assert measure(data, FAST.replace(sequence=64)).ok
+
+
+def test_repeats_stop_on_convergence_or_budget(small_path):
+    loose = FAST.replace(min_runs=4, max_runs=1000, max_seconds=20.0, tolerance=0.9)
+    tight = FAST.replace(min_runs=3, max_runs=7, tolerance=1e-9)
+    with Runner(loose) as runner:
+        a = runner.measure(small_path)
+    with Runner(tight) as runner:
+        b = runner.measure(small_path)
+    assert a.converged and a.runs < 1000
+    assert not b.converged and b.runs == 7
+
+
+def test_shape_overrides_and_errors_reach_the_measurement(small_path):
+    with Runner(FAST) as runner:
+        ok = runner.measure(small_path, shapes={"x": [4, 512]})
+        bad = runner.measure(small_path, shapes={"x": [4, 3]})
+        unknown = runner.measure(small_path, shapes={"ids": [1, 2]})
+    assert ok.ok
+    assert bad.error == "cannot make inputs: input 'x': shape [4, 3] does not match the model's [batch, 512]"
+    assert unknown.error.startswith("cannot make inputs: shape given for 'ids', which is not an input")
+
+
+def test_missing_model_file_is_a_user_error(tmp_path):
+    with Runner(FAST) as runner, pytest.raises(LtsedgeError, match="model file not found"):
+        runner.measure(tmp_path / "nope.onnx")
+
+
+def test_runner_rejects_an_unavailable_provider():
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    with pytest.raises(LtsedgeError, match="CUDAExecutionProvider is not available"):
+        Runner(load_profile("cuda", check_available=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not LINUX, reason="one worker per model outside Linux")
+def test_memory_of_a_large_model_does_not_leak_into_the_next(large_path, small_path):
+    with Runner(FAST) as runner:
+        large = runner.measure(large_path)
+        pid = runner.worker_pid
+        small_after_large = runner.measure(small_path)
+        assert runner.worker_pid == pid  # the same worker: isolation came from trimming, not a restart
+    with Runner(FAST) as runner:
+        small_fresh = runner.measure(small_path)
+    assert large.ok and small_after_large.ok and small_fresh.ok
+    assert large.weights_mb == pytest.approx(192.0)
+    assert large.peak_memory_mb >= 180  # the weights at least
+    assert abs(small_after_large.peak_memory_mb - small_fresh.peak_memory_mb) < 16
+    assert small_after_large.peak_memory_mb < large.peak_memory_mb / 10
+
+
+def test_over_the_memory_limit(large_path, small_path):
+    with Runner(FAST, memory_limit_mb=150) as runner:
+        m = runner.measure(large_path)
+        after = runner.measure(small_path)  # the same Runner carries on with a fresh worker
+    assert not m.ok and m.error == "exceeded the memory limit of 150 MB"
+    assert m.latency_ms is None and m.weights_mb == pytest.approx(192.0)
+    assert after.ok
+
+
+def test_retire_policy():
+    """A worker whose resting memory grew, or that cannot reset its peak counter, is replaced."""
+    class FakeWorker:
+        def __init__(self, resettable):
+            self.hello = {"rss_mb": 50.0, "peak_resettable": resettable}
+            self.closed = False
+
+        def close(self):
+            self.closed = True
+
+    runner = Runner(FAST)
+    try:
+        for resettable, rss_after, retired in [(True, 60.0, False), (True, 50.0 + 65, True), (False, 50.0, True)]:
+            runner._worker = worker = FakeWorker(resettable)
+            runner._maybe_retire({"rss_after_mb": rss_after})
+            assert worker.closed is retired and (runner._worker is None) is retired
+    finally:
+        runner._worker = None
+        runner.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures: each becomes ok=False with a one-line reason, and the Runner carries on
+# ---------------------------------------------------------------------------------------------
+def test_hanging_model_times_out(small_path):
+    with Runner(FAST, timeout_s=2) as runner:
+        hung = runner.measure(hang_model())
+        assert runner.worker_pid is None  # killed
+        after = runner.measure(small_path)
+    assert not hung.ok and hung.error == "timed out after 2 s"
+    assert after.ok
+
+
+def test_worker_exits_when_its_parent_dies_mid_run(tmp_path):
+    hang = tmp_path / "hang.onnx"
+    hang.write_bytes(hang_model())
+    script = (
+        "import sys\n"
+        "from ltsedge.devices import load_profile\n"
+        "from ltsedge.runners import Runner\n"
+        "runner = Runner(load_profile('cpu'), timeout_s=600)\n"
+        "print(runner._ensure_worker().pid, flush=True)\n"
+        f"runner.measure({str(hang)!r})\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed parent cannot clean up its temporary directory
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    worker = psutil.Process(int(parent.stdout.readline()))
+    time.sleep(1.0)  # the worker is now inside the never-ending forward pass
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not exited(worker):
+        time.sleep(0.1)
+    gone = exited(worker)
+    if not gone:
+        worker.kill()
+    assert gone
+
+
+def exited(process: psutil.Process) -> bool:
+    try:  # an orphan's exit may leave a zombie when nobody reaps it (PID 1 in a container)
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("fault, error", [
+    ("segv", "worker crashed (signal SIGSEGV)"),
+    ("abort", "worker crashed (signal SIGABRT)"),
+    ("exit", "worker exited with code 3"),
+])
+def test_crashing_worker(monkeypatch, small_path, fault, error):
+    monkeypatch.setenv(TEST_FAULTS_ENV, "1")
+    with Runner(FAST) as runner:
+        crashed = runner.measure(small_model(**{FAULT_KEY: fault}))
+        after = runner.measure(small_path)
+    assert not crashed.ok and crashed.error == error
+    assert after.ok
+
+
+def test_fault_hook_needs_the_test_switch(monkeypatch):
+    monkeypatch.delenv(TEST_FAULTS_ENV, raising=False)
+    assert measure(small_model(**{FAULT_KEY: "segv"}), FAST).ok
+
+
+def test_corrupt_and_invalid_models(tmp_path, small_path):
+    truncated = small_model()[:5000]
+    unknown_op = helper.make_model(helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"])], "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]), opset_imports=[helper.make_opsetid("", 17)])
+    unknown_op.ir_version = 8
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00\xffnot an onnx model at all" * 100)
+    with Runner(FAST) as runner:
+        results = [runner.measure(m) for m in (garbage, truncated, unknown_op.SerializeToString())]
+        after = runner.measure(small_path)
+    for m in results:
+        assert not m.ok and m.error.startswith("failed to load: ") and "\n" not in m.error
+        assert m.weights_mb is None
+    assert "NoSuchOp" in results[2].error
+    assert after.ok
+
+
+@pytest.mark.parametrize("code, oom_before, oom_after, log, expected", [
+    (-9, 3, 4, "", "out of memory (killed by the kernel)"),
+    (-9, 3, 3, "", "killed by SIGKILL (out of memory?)"),
+    (-9, None, None, "", "killed by SIGKILL (out of memory?)"),
+    (-11, 0, 0, "", "worker crashed (signal SIGSEGV)"),
+    (1, 0, 0, "ModuleNotFoundError: No module named 'onnxruntime'",
+     "worker exited with code 1: ModuleNotFoundError: No module named 'onnxruntime'"),
+])
+def test_death_reasons(code, oom_before, oom_after, log, expected):
+    assert death_reason(code, oom_before, oom_after, log) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+class Arg:
+    """Stands in for onnxruntime's NodeArg."""
+
+    def __init__(self, name, type, shape):
+        self.name, self.type, self.shape = name, type, shape
+
+
+def test_inputs_resolve_symbolic_dims_by_name():
+    profile = FAST.replace(batch=2, sequence=24)
+    feeds = make_inputs([
+        Arg("input_ids", "tensor(int64)", ["batch_size", "sequence_length"]),
+        Arg("attention_mask", "tensor(int64)", ["batch", "seq"]),
+        Arg("position_ids", "tensor(int32)", [1, "past_sequence_length"]),
+        Arg("pixel_values", "tensor(float)", ["N", 3, None, 7]),
+        Arg("flag", "tensor(bool)", []),
+        Arg("half", "tensor(float16)", [4]),
+    ], profile, vocab_size=50)
+    assert feeds["input_ids"].shape == (2, 24) and feeds["input_ids"].dtype == np.int64
+    assert 0 <= feeds["input_ids"].min() and feeds["input_ids"].max() < 50
+    assert (feeds["attention_mask"] == 1).all()
+    assert feeds["position_ids"].dtype == np.int32 and feeds["position_ids"].tolist() == [list(range(24))]
+    assert feeds["pixel_values"].shape == (1, 3, 1, 7) and feeds["pixel_values"].dtype == np.float32
+    assert feeds["flag"].shape == () and feeds["flag"].dtype == np.bool_
+    assert feeds["half"].dtype == np.float16
+    assert all(isinstance(x, np.ndarray) and x.flags.c_contiguous for x in feeds.values())
+
+
+def test_inputs_are_deterministic_and_small_without_a_vocabulary():
+    args = [Arg("ids", "tensor(int32)", [3, 100])]
+    a, b = make_inputs(args, FAST), make_inputs(args, FAST)
+    assert np.array_equal(a["ids"], b["ids"]) and a["ids"].max() <= 1
+
+
+X = [Arg("x", "tensor(float)", ["batch", 8])]
+
+
+@pytest.mark.parametrize("args, shapes, message", [
+    (X, {"y": [1, 8]}, "shape given for 'y', which is not an input of the model (inputs: x)"),
+    (X, {"x": [1, 8, 1]}, "input 'x': shape [1, 8, 1] has 3 dimensions, the model declares 2 ([batch, 8])"),
+    (X, {"x": [1, 0]}, "input 'x': shape [1, 0] must be a list of positive integers"),
+    ([Arg("x", "tensor(float)", [0, 8])], None, "input 'x': declared shape [0, 8] has a dimension of 0"),
+    ([Arg("x", "seq(tensor(float))", None)], None,
+     "input 'x' has type seq(tensor(float)), for which ltsedge cannot make values"),
+])
+def test_inputs_that_cannot_be_made(args, shapes, message):
+    with pytest.raises(LtsedgeError) as info:
+        make_inputs(args, FAST, shapes)
+    assert str(info.value).startswith(message)
+
+
+def test_inputs_from_a_session_read_the_vocabulary():
+    arch, data = tiny_ltsedge_model(vocab_size=37)
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feeds = make_inputs(session, FAST.replace(sequence=16))
+    assert feeds["input_ids"].shape == (1, 16) and feeds["input_ids"].max() < 37
+    with pytest.raises(LtsedgeError, match="n_positions 64"):
+        make_inputs(session, FAST)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def test_median_interval_is_the_exact_binomial_one():
+    from scipy.stats import binom
+
+    for n in range(2, 150):
+        x = list(range(n))
+        low, high = stats.median_interval(x)
+        j = low + 1
+        assert high == n - j  # symmetric order statistics
+        coverage = 1 - 2 * binom.cdf(j - 1, n, 0.5)
+        if n >= 6:  # below 6 samples not even [min, max] reaches 95%
+            assert coverage >= 0.95
+            assert 1 - 2 * binom.cdf(j, n, 0.5) < 0.95  # and j is the tightest such order statistic
+        else:
+            assert (low, high) == (0, n - 1)
+
+
+def test_normal_approximation_for_many_samples():
+    x = list(range(5000))
+    low, high = stats.median_interval(x)
+    assert (low, high) == (2429, 2570)  # ~ n/2 -+ 1.96 sqrt(n)/2
+
+
+def test_convergence_rule_and_summary():
+    assert not stats.converged([10.0] * 4, min_runs=5, tolerance=0.02)  # too few runs
+    assert stats.converged([10.0] * 5, min_runs=5, tolerance=0.02)
+    noisy = [10.0, 14.0, 10.0, 9.0, 13.0, 10.0, 12.0]
+    assert stats.relative_half_width(noisy) == pytest.approx((14 - 9) / 2 / 10)
+    assert not stats.converged(noisy, min_runs=5, tolerance=0.02)
+    s = stats.summarize([4.0, 1.0, 3.0, 2.0, 10.0])
+    assert (s["latency_ms"], s["latency_p90_ms"], s["latency_min_ms"]) == (3.0, 10.0, 1.0)
+    assert s["latency_cv"] == pytest.approx(np.std([4, 1, 3, 2, 10], ddof=1) / 4.0)
+    assert math.isinf(stats.relative_half_width([1.0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------------------------
+def onnx_weight_bytes(data: bytes) -> int:
+    model = onnx.load_from_string(data)
+    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
+
+def test_weights_match_onnx_for_every_storage():
+    a = helper.make_tensor("a", TensorProto.FLOAT, [3, 5], np.arange(15, dtype=np.float32).tolist())  # float_data
+    b = numpy_helper.from_array(np.ones((7, 2), np.int64), "b")  # raw_data
+    c = numpy_helper.from_array(np.ones((4,), np.float16), "c")
+    d = helper.make_tensor("d", TensorProto.INT32, [300], list(range(300)))  # packed varints
+    e = numpy_helper.from_array(np.float32(3.0), "e")  # a scalar
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "w",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [a, b, c, d, e])
+    data = helper.make_model(graph).SerializeToString()
+    assert weights_mb(data) * 2**20 == onnx_weight_bytes(data) == 15 * 4 + 14 * 8 + 4 * 2 + 300 * 4 + 4
+    _, exported = tiny_ltsedge_model()
+    assert weights_mb(exported) * 2**20 == onnx_weight_bytes(exported)
+    assert weights_mb(reference_model()) == pytest.approx(4 * 384 * 384 * 4 / 2**20)
+
+
+def test_weights_of_garbage_is_none(tmp_path):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    assert weights_mb(empty) is None
+    assert weights_mb(b"\x0f\xff\xff") is None
+    assert weights_mb(small_model()[:5000]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Cool-down and drift, with a fake clock
+# ---------------------------------------------------------------------------------------------
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class FakeSensors:
+    def __init__(self, temperatures):
+        self.temperatures = list(temperatures)
+
+    def temperature_c(self):
+        return self.temperatures.pop(0) if len(self.temperatures) > 1 else self.temperatures[0]
+
+    def read(self):
+        return {"load_avg": 0.5, "cpu_freq_mhz": 1800.0, "temperature_c": None, "throttled": False}
+
+
+def cool(profile, temperatures):
+    clock, logs = FakeClock(), []
+    waited = policy.cool_down(profile, temperature=FakeSensors(temperatures).temperature_c, clock=clock,
+                              sleep=clock.sleep, log=logs.append)
+    return waited, clock.sleeps, logs
+
+
+def test_cool_down_pause_only():
+    assert cool(FAST.replace(cooldown_s=2.0), [90.0]) == (2.0, [2.0], [])
+    assert cool(FAST, [90.0]) == (0.0, [], [])
+
+
+def test_cool_down_waits_for_the_temperature():
+    arm = load_profile("arm64")  # cooldown 2 s, below 70 C
+    waited, sleeps, logs = cool(arm, [75.0, 72.0, 70.5, 69.0])
+    assert sleeps == [2.0, 1.0, 1.0, 1.0] and waited == 5.0 and logs == []
+
+
+def test_cool_down_is_bounded_and_says_so():
+    waited, sleeps, logs = cool(load_profile("arm64").replace(max_cooldown_wait_s=3.5), [85.0])
+    assert waited == pytest.approx(2.0 + 3.5) and sleeps[-1] == pytest.approx(0.5)
+    assert len(logs) == 1 and "still 85.0 C after waiting 4 s" in logs[0]
+
+
+def test_cool_down_without_a_thermometer():
+    assert cool(load_profile("arm64"), [None]) == (2.0, [2.0], [])
+
+
+class FakeRunner(Runner):
+    """A Runner whose models and reference model are timed by scripts, not by a worker."""
+
+    def __init__(self, profile, reference_ms, clock, logs, sensors=None):
+        super().__init__(profile, log=logs.append, clock=clock, sleep=clock.sleep,
+                         sensors=sensors or FakeSensors([40.0]))
+        self.reference_ms = list(reference_ms)
+        self.measured: list[str] = []
+
+    def measure(self, model, *, shapes=None):
+        self.measured.append(model)
+        return Measurement(ok=True, latency_ms=float(len(self.measured)))
+
+    def _measure_reference(self):
+        ms = self.reference_ms.pop(0)
+        return Measurement(ok=ms is not None, latency_ms=ms, error=None if ms else "timed out after 1 s")
+
+
+def test_drift_remeasures_the_models_since_the_last_good_check():
+    clock, logs = FakeClock(), []
+    profile = FAST.replace(drift_check_every=2)
+    # baseline 10 ms; after m0, m1: fine; after m2, m3: +50% -> wait: still +40%, then back; after m4: fine
+    with FakeRunner(profile, [10.0, 10.2, 15.0, 14.0, 10.3, 10.1], clock, logs) as runner:
+        results = runner.measure_many([b"m0", b"m1", b"m2", b"m3", b"m4"])
+    assert runner.measured == [b"m0", b"m1", b"m2", b"m3", b"m2", b"m3", b"m4"]
+    assert [m.drift_remeasured for m in results] == [False, False, True, True, False]
+    assert [m.latency_ms for m in results] == [1.0, 2.0, 5.0, 6.0, 7.0]
+    assert clock.sleeps == [policy.DRIFT_RETRY_S, policy.DRIFT_RETRY_S]
+    assert len(logs) == 1 and "drifted +50.0%" in logs[0] and "re-measuring the last 2 model(s)" in logs[0]
+    assert runner.reference_ms == []  # checked before, every 2 models, and after the last one
+
+
+def test_drift_within_the_limit_is_left_alone():
+    clock, logs = FakeClock(), []
+    with FakeRunner(FAST.replace(drift_check_every=1, tolerance=0.02), [10.0, 10.5, 9.6], clock, logs) as runner:
+        results = runner.measure_many([b"a", b"b"])
+    assert policy.drift_limit(runner.profile) == 0.06
+    assert runner.measured == [b"a", b"b"] and not any(m.drift_remeasured for m in results) and logs == []
+
+
+def test_drift_recovery_wait_is_bounded():
+    clock, logs = FakeClock(), []
+    profile = FAST.replace(drift_check_every=1, max_cooldown_wait_s=12.0)
+    with FakeRunner(profile, [10.0, 20.0, 20.0, 20.0, 20.0], clock, logs) as runner:
+        results = runner.measure_many([b"a"])
+    assert runner.measured == [b"a", b"a"] and results[0].drift_remeasured
+    assert clock.sleeps == [5.0, 5.0, 2.0] and "still off after 12 s" in logs[-1]
+
+
+def test_drift_check_off_when_the_reference_fails():
+    clock, logs = FakeClock(), []
+    with FakeRunner(FAST.replace(drift_check_every=1), [None], clock, logs) as runner:
+        results = runner.measure_many([b"a", b"b"])
+    assert len(results) == 2 and runner.measured == [b"a", b"b"]
+    assert "drift check off" in logs[0]
+
+
+def test_measure_many_cools_down_between_models():
+    clock, logs = FakeClock(), []
+    profile = load_profile("arm64").replace(drift_check_every=0)
+    sensors = FakeSensors([75.0, 69.0, 69.0])
+    with FakeRunner(profile, [], clock, logs, sensors=sensors) as runner:
+        runner.measure_many([b"a", b"b", b"c"])
+    # before b: 2 s pause, 75 C -> one more second; before c: 2 s pause, 69 C
+    assert clock.sleeps == [2.0, 1.0, 2.0]
+
+
+def test_measure_many_checks_every_file_first(tmp_path):
+    clock, logs = FakeClock(), []
+    with FakeRunner(FAST, [], clock, logs) as runner, pytest.raises(LtsedgeError, match="model file not found"):
+        runner.measure_many([b"a", tmp_path / "missing.onnx"])
+    assert runner.measured == []
+
+
+def test_measure_many_for_real(small_path):
+    """The real reference model and real models, a drift check after every model; a drift (unlikely with
+    this tolerance) re-measures exactly the one model before it."""
+    profile = FAST.replace(drift_check_every=1, tolerance=0.3, max_cooldown_wait_s=0.0)
+    logs = []
+    with Runner(profile, log=logs.append) as runner:
+        results = runner.measure_many([small_path, small_model()])
+    assert all(m.ok for m in results) and len(results) == 2
+    assert not any("could not be measured" in line for line in logs)  # the reference model was timed
+    assert sum(m.drift_remeasured for m in results) == sum("drifted" in line for line in logs)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+def test_cuda_measurement(small_path):
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu and a CUDA GPU")
+    profile = load_profile("cuda").replace(min_runs=3, max_runs=5, max_seconds=2.0, warmup=1)
+    m = measure(small_path, profile)
+    assert m.ok and m.latency_ms > 0
+    assert m.device_peak_memory_mb is None or m.device_peak_memory_mb >= 0
