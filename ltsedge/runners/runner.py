@@ -66,11 +66,14 @@ class Runner:
             if temporary:
                 path.unlink(missing_ok=True)
 
-    def measure_many(self, models: list[Model], *, shapes: dict[str, list[int]] | None = None) -> list[Measurement]:
+    def measure_many(self, models: list[Model], *, shapes: dict[str, list[int]] | None = None,
+                     on_result: Callable[[int, Measurement], None] | None = None) -> list[Measurement]:
         """Measure a batch with a cool-down between models and the drift check (see policy.py):
         the reference model is timed before the batch, every ``drift_check_every`` models and after
         the last one; when it drifted, wait for it to come back and re-measure the models since the
-        last good check."""
+        last good check. ``on_result(i, measurement)`` is called as soon as model i is measured (and
+        again if it is re-measured), so a caller can keep every figure even if the batch is interrupted."""
+        report = on_result or (lambda i, m: None)
         for model in models:  # a missing file is the caller's error: say so before measuring anything
             if not isinstance(model, (bytes, bytearray, memoryview)) and not Path(model).is_file():
                 raise LtsedgeError(f"model file not found: {model}")
@@ -82,6 +85,7 @@ class Runner:
             if i:
                 self._cool_down()
             results.append(self.measure(model, shapes=shapes))
+            report(i, results[i])
             unchecked.append(i)
             if baseline is not None and (len(unchecked) >= every or i == len(models) - 1):
                 if not self._reference_holds(baseline, len(unchecked)):
@@ -89,6 +93,7 @@ class Runner:
                         self._cool_down()
                         results[j] = self.measure(models[j], shapes=shapes)
                         results[j].drift_remeasured = True
+                        report(j, results[j])
                 unchecked = []
         return results
 
@@ -104,7 +109,10 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is not None and self._worker is not None:
+            self._worker.kill()  # interrupted mid-measurement: don't wait for the runs to finish
+            self._worker = None
         self.close()
 
     # -- one model -------------------------------------------------------------------------------

@@ -130,19 +130,19 @@ class CandidateEvaluator:
                 export_model(arch, target_ort=self.target_ort).save(path)
                 paths.append(path)
                 self.stats.export_seconds += time.perf_counter() - t
-            measurements = self.runner.measure_many(paths)
+            measurements = self.runner.measure_many(paths, on_result=lambda i, m: self._keep(archs[i], m))
         finally:
             for path in paths:
                 path.unlink(missing_ok=True)
-        out = []
-        for arch, m in zip(archs, measurements):
-            record = m.to_dict()
-            self.stats.load_seconds += record.get("load_seconds") or 0.0
-            self.stats.inference_seconds += record.get("inference_seconds") or 0.0
-            self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint,
-                           settings=self.profile.settings())
-            out.append(Candidate(arch, count_params(arch), record, "measured", generation))
-        return out
+        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation)
+                for arch, m in zip(archs, measurements)]
+
+    def _keep(self, arch: Architecture, measurement) -> None:
+        """Store each figure the moment it exists: an interrupted batch loses nothing it measured."""
+        record = measurement.to_dict()
+        self.stats.load_seconds += record.get("load_seconds") or 0.0
+        self.stats.inference_seconds += record.get("inference_seconds") or 0.0
+        self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint, settings=self.profile.settings())
 
     def _record(self, candidate: Candidate) -> None:
         self.seen[candidate.arch.id] = candidate

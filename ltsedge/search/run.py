@@ -78,8 +78,9 @@ class SearchResult:
 class SearchRun:
     def __init__(self, settings: SearchSettings, profile: DeviceProfile, out_dir: Path, store: MeasurementStore, *,
                  fresh: bool = False, restart: bool = False, log: Callable[[str], None] = print,
-                 progress=None):
+                 progress=None, runner_factory: Callable[..., Runner] = Runner):
         self.settings, self.profile, self.out_dir, self.store = settings, profile, Path(out_dir), store
+        self.runner_factory = runner_factory
         self.fresh, self.restart, self.log, self.progress = fresh, restart, log, progress
         self.hv_history: list[dict] = []
         self.hv_scale: HypervolumeScale | None = None
@@ -93,7 +94,7 @@ class SearchRun:
         work_dir = self.out_dir / ".scratch"
         work_dir.mkdir(parents=True, exist_ok=True)
         interrupted = False
-        with Runner(self.profile, log=self.log) as runner:
+        with self.runner_factory(self.profile, log=self.log) as runner:
             evaluator = CandidateEvaluator(
                 self.profile, runner, self.store, work_dir, self.settings.budgets,
                 target_ort=self.settings.target_ort, fresh=self.fresh,
@@ -116,7 +117,7 @@ class SearchRun:
         front = pareto_front(candidates, self.settings.budgets)
         if self.progress:
             self.progress.stop()
-        with Runner(strict(self.profile), log=self.log) as strict_runner:
+        with self.runner_factory(strict(self.profile), log=self.log) as strict_runner:
             published = publish(front, strict_runner, self.out_dir / "models", self.settings.budgets,
                                  self.settings.target_ort, log=self.log)
         comparison = compare(baseline, [p.candidate for p in published])

@@ -1,0 +1,72 @@
+"""Export cost per candidate: build + export + onnxruntime session load, and one inference.
+
+For three architectures (2 layers x d_model 256, 6 x 512, 16 x 1024; vocabulary 50257; sequence 192),
+print the wall time of building the PyTorch model and exporting it to ONNX (in memory), writing the
+file, creating the onnxruntime session from it, and one forward pass. Medians over --repeats runs,
+each in a fresh state for the model (the shared weight buffer stays warm, as in a search).
+
+    python benchmarks/export.py [--repeats 3] [--fresh-weights]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ltsedge.architecture import Architecture
+from ltsedge.exporters import export_model
+from ltsedge.proxy import count_params
+
+SHAPES = [(2, 256), (6, 512), (16, 1024)]
+
+
+def arch_for(n_layer: int, d_model: int) -> Architecture:
+    n_head = 8 if d_model >= 512 else 4
+    return Architecture(n_layer=n_layer, d_model=d_model, n_head=[n_head] * n_layer,
+                        d_inner=[min(4 * d_model, 4096)] * n_layer)
+
+
+def one_run(arch: Architecture, path: Path, shared: bool) -> dict:
+    t0 = time.perf_counter()
+    exported = export_model(arch, shared_weights=shared)
+    t1 = time.perf_counter()
+    exported.save(path)
+    t2 = time.perf_counter()
+    options = ort.SessionOptions()
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    t3 = time.perf_counter()
+    ids = np.zeros((1, 192), dtype=np.int64)
+    session.run(None, {"input_ids": ids})  # first run: allocations
+    t4 = time.perf_counter()
+    session.run(None, {"input_ids": ids})
+    t5 = time.perf_counter()
+    return {"export": t1 - t0, "save": t2 - t1, "load": t3 - t2, "first_run": t4 - t3, "inference": t5 - t4,
+            "total": t3 - t0, "mb": exported.nbytes / 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fresh-weights", action="store_true", help="initialise every tensor (no shared buffer)")
+    args = parser.parse_args()
+    export_model(arch_for(1, 64))  # imports and the onnxruntime probe, paid once per process
+    print(f"{'architecture':<14}{'params':>8}{'file MB':>9}{'export':>8}{'save':>7}{'load':>7}"
+          f"{'build+export+load':>19}{'inference':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_layer, d_model in SHAPES:
+            arch = arch_for(n_layer, d_model)
+            runs = [one_run(arch, Path(tmp) / "m.onnx", not args.fresh_weights) for _ in range(args.repeats)]
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            params = count_params(arch).total_params / 1e6
+            print(f"{n_layer:>2} x {d_model:<9}{params:>7.0f}M{med['mb']:>9.0f}{med['export']:>7.2f}s"
+                  f"{med['save']:>6.2f}s{med['load']:>6.2f}s{med['total']:>18.2f}s{med['inference']:>10.3f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The search end to end on tiny models: outputs, non-dominance, budgets, kill and resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from ltsedge.exporters import architecture_of
+from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.frontier import sha256_of
+from ltsedge.search.run import SearchRun
+from ltsedge.store import MeasurementStore
+
+
+def dominates(a: dict, b: dict) -> bool:
+    ka = (-a["decoder_params"], a["latency_ms"], a["peak_memory_mb"])
+    kb = (-b["decoder_params"], b["latency_ms"], b["peak_memory_mb"])
+    return all(x <= y for x, y in zip(ka, kb)) and ka != kb
+
+
+def run_cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def smoke_search(tmp_path_factory):
+    """One tiny search shared by the output tests (3 generations of 6, vocabulary 512, sequence 16)."""
+    out = tmp_path_factory.mktemp("search")
+    options = SearchOptions(preset="smoke", out=out / "out", generations=3, seed=1,
+                            store_path=out / "store.sqlite", quiet=True)
+    settings, profile = resolve(options)
+    with MeasurementStore(options.store_path) as store:
+        result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
+    return result
+
+
+def test_outputs_exist_and_agree(smoke_search):
+    out = smoke_search.out_dir
+    for name in ("frontier.json", "frontier.csv", "candidates.csv", "search.json", "baseline.csv"):
+        assert (out / name).is_file(), name
+    frontier = json.loads((out / "frontier.json").read_text())["models"]
+    assert frontier and len(frontier) == len(smoke_search.frontier)
+    assert {m["id"] for m in frontier} == {r["id"] for r in csv.DictReader(open(out / "frontier.csv"))}
+    assert sorted(p.name for p in (out / "models").iterdir()) == sorted(f"{m['id']}.onnx" for m in frontier)
+
+
+def test_every_frontier_model_loads_matches_its_architecture_and_hash(smoke_search):
+    out = smoke_search.out_dir
+    for m in json.loads((out / "frontier.json").read_text())["models"]:
+        path = out / m["onnx"]
+        assert sha256_of(path) == m["sha256"]
+        arch = architecture_of(path)
+        assert arch.to_dict() == m["architecture"] and arch.id == m["id"]
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (logits,) = session.run(None, {"input_ids": np.zeros((1, 8), dtype=np.int64)})
+        assert logits.shape == (1, 8, arch.vocab_size)
+
+
+def test_frontier_is_non_dominated(smoke_search):
+    frontier = json.loads((smoke_search.out_dir / "frontier.json").read_text())["models"]
+    for a in frontier:
+        assert a["latency_ms"] > 0 and a["peak_memory_mb"] is not None
+        for b in frontier:
+            assert not dominates(b, a), (b["id"], a["id"])
+
+
+def test_candidates_log_and_summary(smoke_search):
+    out = smoke_search.out_dir
+    rows = list(csv.DictReader(open(out / "candidates.csv")))
+    assert len(rows) == len({r["id"] for r in rows}) >= 6  # every distinct candidate, once
+    assert {int(r["generation"]) for r in rows} <= {1, 2, 3} and "1" in {r["generation"] for r in rows}
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["generations_completed"] == 3
+    assert [h["generation"] for h in summary["hypervolume"]] == [1, 2, 3]
+    assert all(0 <= h["hypervolume"] <= 1 for h in summary["hypervolume"])
+    assert summary["fingerprint"]["onnxruntime"] == ort.__version__
+    assert summary["settings"]["seed"] == 1 and summary["versions"]["onnxruntime"] == ort.__version__
+    assert summary["export"]["opset"] >= 17
+
+
+def test_baseline_comparison(smoke_search):
+    rows = list(csv.DictReader(open(smoke_search.out_dir / "baseline.csv")))
+    assert [int(r["n_layer"]) for r in rows] == [1, 2]
+    for r in rows:
+        if r["frontier_id"]:
+            assert int(r["frontier_decoder_params"]) >= int(r["decoder_params"])
+            assert float(r["speedup"]) == pytest.approx(float(r["latency_ms"]) / float(r["frontier_latency_ms"]))
+
+
+def test_budgets_exclude_what_they_should(tmp_path):
+    # A parameter window and a latency budget: the frontier respects both, the log says why others failed.
+    out = tmp_path / "out"
+    proc = run_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
+                   "--min-params", 20_000, "--max-params", 60_000, "--max-latency-ms", 1000, "--no-baseline")
+    assert proc.returncode == 0, proc.stderr
+    frontier = json.loads((out / "frontier.json").read_text())["models"]
+    assert frontier
+    assert all(20_000 <= m["decoder_params"] <= 60_000 and m["latency_ms"] <= 1000 for m in frontier)
+    rows = list(csv.DictReader(open(out / "candidates.csv")))
+    skipped = [r for r in rows if r["source"] == "skipped"]
+    assert skipped and all(r["feasible"] == "False" and "skipped" in r["error"] for r in skipped)
+    assert all(not (20_000 <= int(r["decoder_params"]) <= 60_000) for r in skipped)
+    assert not (out / "baseline.csv").exists()
+
+
+def test_latency_budget_below_everything_leaves_an_empty_frontier(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
+                   "--generations", 1, "--max-latency-ms", 0.000001, "--no-baseline")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "frontier.json").read_text())["models"] == []
+    rows = list(csv.DictReader(open(out / "candidates.csv")))
+    assert rows and all(r["feasible"] == "False" and "max_latency_ms" in r["violations"] for r in rows)
+
+
+def test_kill_and_resume_measures_nothing_twice(tmp_path):
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    args = ["search", "--preset", "smoke", "--generations", 4, "--out", out, "--store", store, "--quiet",
+            "--no-baseline", "--seed", 3]
+    proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while not (out / "checkpoint.pkl").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 the whole group, worker included
+    proc.wait()
+    assert (out / "checkpoint.pkl").exists() and not (out / "frontier.json").exists()
+    measured_before = {r["id"] for r in read_jsonl(out / "candidates.jsonl")}
+
+    resumed = run_cli(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr
+    records = read_jsonl(out / "candidates.jsonl")
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids))  # no architecture evaluated twice across the kill
+    assert measured_before < set(ids)
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["generations_completed"] == 4
+
+
+def test_same_seed_same_store_replays_the_same_search(tmp_path):
+    store = tmp_path / "s.sqlite"
+    common = ["search", "--preset", "smoke", "--store", store, "--quiet", "--no-baseline", "--seed", 5]
+    assert run_cli(*common, "--out", tmp_path / "a").returncode == 0
+    assert run_cli(*common, "--out", tmp_path / "b").returncode == 0
+    a = read_jsonl(tmp_path / "a" / "candidates.jsonl")
+    b = read_jsonl(tmp_path / "b" / "candidates.jsonl")
+    assert [r["id"] for r in a] == [r["id"] for r in b]
+    assert all(r["source"] == "store" for r in b)  # nothing measured again
+
+
+def test_changed_settings_refuse_to_resume_unless_restart(tmp_path):
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    base = ["search", "--preset", "smoke", "--generations", 1, "--out", out, "--store", store, "--quiet", "--no-baseline"]
+    assert run_cli(*base).returncode == 0
+    changed = run_cli(*base, "--seed", 9)
+    assert changed.returncode == 2 and "different settings" in changed.stderr and "Traceback" not in changed.stderr
+    assert run_cli(*base, "--seed", 9, "--restart").returncode == 0
+
+
+def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
+    out = tmp_path / "out"
+    args = ["search", "--preset", "smoke", "--generations", 50, "--out", out, "--store", tmp_path / "s.sqlite",
+            "--quiet", "--no-baseline"]
+    proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not (out / "checkpoint.pkl").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the worker gets it too
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["interrupted"] is True and summary["generations_completed"] >= 1
+    frontier = json.loads((out / "frontier.json").read_text())["models"]
+    assert frontier and all((out / m["onnx"]).is_file() for m in frontier)
+    errors = [r["error"] for r in csv.DictReader(open(out / "candidates.csv")) if r["error"]]
+    assert errors == []  # the keypress is not recorded as a crashed candidate
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "nope"], "nope"),
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--space", "missing.toml"], "not found"),
+    (["--min-params", 10, "--max-params", 5], "--min-params 10 is above --max-params 5"),
+])
+def test_bad_search_input(tmp_path, args, message):
+    proc = run_cli("search", "--preset", "smoke", "--out", tmp_path / "o", "--store", tmp_path / "s.sqlite", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
