@@ -245,12 +245,12 @@ def check(
     report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
                        budgets_file=budgets, shapes=parse_shapes(shape), against=against,
                        max_regression=max_regression, force=force)
-    if junit:
-        report.write_junit(junit)
     if as_json:
         typer.echo(json.dumps(report.to_json(), default=str))
     else:
         report.render()
+    if junit:  # after the table: a report that cannot be written never hides the verdicts
+        report.write_junit(junit)
     raise typer.Exit(report.exit_code)
 
 

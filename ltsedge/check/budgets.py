@@ -1,0 +1,291 @@
+"""Which models to check and their budgets: the budgets TOML, the command line, the device profile.
+
+The budgets file names models (paths relative to the file) and their budgets per device profile::
+
+    [[model]]
+    path = "models/small.onnx"
+    shapes = { input_ids = "1x128" }   # optional input shapes (or [1, 128])
+
+    [model.budgets.cpu]                # the device profile's name
+    max_latency_ms = 50
+    max_memory_mb = 300
+
+    [model.budgets.arm64]
+    max_latency_ms = 400
+
+Each budget is looked up, per metric, in this order: the model's table for this device in the file,
+then ``--max-latency-ms`` / ``--max-memory-mb``, then the device profile's ``[budgets]``. With a
+budgets file, a model given on the command line must be in the file unless a budget flag is given
+(a model missing from the file is most likely a forgotten entry). Without models on the command
+line, every model of the file with budgets for this device is checked; the others are skipped.
+
+Validation is strict, like the device profiles: an unknown key or a value of the wrong type is an
+error naming the file and the key, never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ltsedge.devices import DeviceProfile
+from ltsedge.errors import LtsedgeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# Budget key -> the metric it bounds.
+BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory"}
+CLI_FLAGS = {"max_latency_ms": "--max-latency-ms", "max_memory_mb": "--max-memory-mb"}
+MODEL_KEYS = ("path", "shapes", "budgets")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """One model's budgets on one device, and where each came from."""
+
+    max_latency_ms: float | None = None
+    max_memory_mb: float | None = None
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> "budgets.toml" etc.
+
+    def get(self, key: str) -> float | None:
+        return getattr(self, key)
+
+    def any(self) -> bool:
+        return self.max_latency_ms is not None or self.max_memory_mb is not None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"max_latency_ms": self.max_latency_ms, "max_memory_mb": self.max_memory_mb}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One ``[[model]]`` of a budgets file."""
+
+    path: Path  # absolute, resolved against the file's directory
+    given: str  # as written in the file
+    shapes: dict[str, list[int]]
+    budgets: dict[str, dict[str, float]]  # device name -> {budget key: value}
+
+
+@dataclass(frozen=True)
+class BudgetsFile:
+    path: Path
+    models: list[ModelEntry]
+
+    def find(self, model: Path) -> ModelEntry | None:
+        key = _identity(model)
+        for entry in self.models:
+            if _identity(entry.path) == key:
+                return entry
+        return None
+
+    def devices(self) -> list[str]:
+        return sorted({d for e in self.models for d in e.budgets})
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model to check: where it is, how to show it, its own input shapes, its budgets."""
+
+    path: Path
+    display: str
+    shapes: dict[str, list[int]]
+    budgets: Budgets
+    in_file: bool = False
+
+
+def _identity(path: Path) -> str:
+    return os.path.normcase(str(Path(path).expanduser().resolve()))
+
+
+def display_path(path: Path) -> str:
+    """Relative to the working directory when the file is under it, else absolute (posix slashes)."""
+    absolute = Path(path).expanduser().resolve()
+    try:
+        return absolute.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
+# ---------------------------------------------------------------------------------------------
+# The budgets file
+# ---------------------------------------------------------------------------------------------
+def load_budgets(path: str | Path) -> BudgetsFile:
+    path = Path(path)
+    where = f"budgets file {path}"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LtsedgeError(f"budgets file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LtsedgeError(f"cannot read {where}: {e}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:  # the message ends with "(at line L, column C)"
+        raise LtsedgeError(f"{where}: malformed TOML: {e}") from None
+    for key in data:
+        if key != "model":
+            raise LtsedgeError(f"{where}: unknown key {key!r} at the top level (allowed: [[model]] tables)")
+    models = data.get("model", [])
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        raise LtsedgeError(f"{where}: 'model' must be an array of tables, written [[model]]")
+    if not models:
+        raise LtsedgeError(f"{where}: no [[model]] entries")
+    base = path.parent
+    entries: list[ModelEntry] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(models, 1):
+        entry = _model_entry(raw, f"{where}: [[model]] #{i}", base)
+        key = _identity(entry.path)
+        if key in seen:
+            raise LtsedgeError(f"{where}: [[model]] #{i} repeats path {entry.given!r} (already [[model]] #{seen[key]})")
+        seen[key] = i
+        entries.append(entry)
+    return BudgetsFile(path, entries)
+
+
+def _model_entry(raw: dict[str, Any], where: str, base: Path) -> ModelEntry:
+    for key in raw:
+        if key not in MODEL_KEYS:
+            raise LtsedgeError(f"{where}: unknown key {key!r} (allowed: {', '.join(MODEL_KEYS)})")
+    given = raw.get("path")
+    if not isinstance(given, str) or not given.strip():
+        raise LtsedgeError(f"{where}: path = {_repr(given)}: expected the model file's path as a string"
+                           if "path" in raw else f"{where}: missing path = \"...\" (the model file)")
+    where = f"{where} ({given})"
+    shapes = _shapes(raw.get("shapes", {}), f"{where}: shapes")
+    budgets_raw = raw.get("budgets", {})
+    if not isinstance(budgets_raw, dict):
+        raise LtsedgeError(f"{where}: budgets must be tables per device, e.g. [model.budgets.cpu]")
+    budgets: dict[str, dict[str, float]] = {}
+    for device, table in budgets_raw.items():
+        if not isinstance(table, dict):
+            raise LtsedgeError(f"{where}: budgets.{device} = {_repr(table)} must be a table "
+                               f"[model.budgets.{device}] with {' and/or '.join(BUDGET_KEYS)}")
+        budgets[device] = {}
+        for key, value in table.items():
+            if key not in BUDGET_KEYS:
+                raise LtsedgeError(f"{where}: unknown key {key!r} in [model.budgets.{device}] "
+                                   f"(allowed: {', '.join(BUDGET_KEYS)})")
+            budgets[device][key] = positive(value, f"{where}: budgets.{device}.{key}")
+    path = Path(given).expanduser()
+    return ModelEntry(path=(base / path).resolve(), given=given, shapes=shapes, budgets=budgets)
+
+
+def _shapes(raw: Any, where: str) -> dict[str, list[int]]:
+    if not isinstance(raw, dict):
+        raise LtsedgeError(f"{where} must be a table of input name = \"1x128\" (or [1, 128])")
+    shapes = {}
+    for name, dims in raw.items():
+        if isinstance(dims, str):
+            try:
+                dims = [int(d) for d in dims.lower().split("x")]
+            except ValueError:
+                dims = None
+        if (not isinstance(dims, list) or not dims
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
+            raise LtsedgeError(f"{where}.{name} = {_repr(raw[name])}: expected positive dimensions, "
+                               f"as \"1x128\" or [1, 128]")
+        shapes[str(name)] = dims
+    return shapes
+
+
+def positive(value: Any, what: str) -> float:
+    """A finite positive number (a budget), or a one-line error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LtsedgeError(f"{what} = {_repr(value)} has the wrong type: expected a number")
+    if not (math.isfinite(value) and value > 0):
+        raise LtsedgeError(f"{what} = {_repr(value)} is out of range: must be a positive number")
+    return float(value)
+
+
+def _repr(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "{...}"
+    return repr(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models x budgets
+# ---------------------------------------------------------------------------------------------
+def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_latency_ms: float | None,
+                    max_memory_mb: float | None, budgets_file: BudgetsFile | None,
+                    ) -> tuple[list[Target], list[tuple[str, str]]]:
+    """The models to check with their budgets, and the (model, reason) pairs skipped.
+
+    Raises ``LtsedgeError`` for a missing model file, a model missing from the budgets file and a
+    model with no budget at all on this device.
+    """
+    cli = {key: positive(value, CLI_FLAGS[key]) if value is not None else None
+           for key, value in (("max_latency_ms", max_latency_ms), ("max_memory_mb", max_memory_mb))}
+    device = profile.name
+    skipped: list[tuple[str, str]] = []
+    chosen: list[tuple[Path, str, ModelEntry | None]] = []  # path, display, entry
+    if models:
+        seen = set()
+        for model in models:
+            path = Path(model)
+            key = _identity(path)
+            if key in seen:
+                continue
+            seen.add(key)
+            entry = budgets_file.find(path) if budgets_file else None
+            chosen.append((path, Path(model).as_posix() if not path.is_absolute() else display_path(path), entry))
+    elif budgets_file is not None:
+        for entry in budgets_file.models:
+            if device in entry.budgets or any(v is not None for v in cli.values()):
+                chosen.append((entry.path, display_path(entry.path), entry))
+            else:
+                skipped.append((display_path(entry.path), f"no budgets for device {device!r} in {budgets_file.path}"))
+        if not chosen:
+            devices = ", ".join(budgets_file.devices()) or "none"
+            raise LtsedgeError(f"{budgets_file.path} has no model with budgets for device {device!r} "
+                               f"(devices in the file: {devices})")
+    else:
+        raise LtsedgeError("no model to check: give MODEL.onnx paths, or --budgets with a budgets file")
+
+    targets = []
+    for path, display, entry in chosen:
+        if not path.is_file():
+            where = f" (listed in {budgets_file.path})" if entry is not None and not models else ""
+            raise LtsedgeError(f"model file not found: {display}{where}")
+        if budgets_file is not None and entry is None and not any(v is not None for v in cli.values()):
+            raise LtsedgeError(f"{display} is not in the budgets file {budgets_file.path}: add a [[model]] entry "
+                               f"for it, or give --max-latency-ms / --max-memory-mb")
+        budgets = _budgets_for(entry, device, cli, profile, budgets_file)
+        if not budgets.any():
+            raise LtsedgeError(
+                f"no budget for {display} on device {device!r}: give --max-latency-ms / --max-memory-mb, "
+                + (f"add [model.budgets.{device}] to its entry in {budgets_file.path}" if budgets_file
+                   else "use --budgets with a budgets file")
+                + ", or set [budgets] in the device profile")
+        targets.append(Target(path=path, display=display, shapes=dict(entry.shapes) if entry else {},
+                              budgets=budgets, in_file=entry is not None))
+    return targets, skipped
+
+
+def _budgets_for(entry: ModelEntry | None, device: str, cli: dict[str, float | None], profile: DeviceProfile,
+                 budgets_file: BudgetsFile | None) -> Budgets:
+    values, sources = {}, {}
+    for key in BUDGET_KEYS:
+        from_file = entry.budgets.get(device, {}).get(key) if entry else None
+        if from_file is not None and budgets_file is not None:
+            values[key], sources[key] = from_file, str(budgets_file.path)
+        elif cli[key] is not None:
+            values[key], sources[key] = cli[key], CLI_FLAGS[key]
+        elif getattr(profile, key) is not None:
+            values[key], sources[key] = getattr(profile, key), f"device profile {profile.name}"
+        else:
+            values[key] = None
+    return Budgets(**values, sources=sources)

@@ -1,0 +1,202 @@
+"""Regression mode: the previous measurements given with ``--against``.
+
+Accepted files:
+  - the object printed by ``ltsedge check --json`` ({"fingerprint": {...}, "results": [...]});
+  - the object printed by ``ltsedge profile --json`` ({"model": ..., "latency_ms": ...,
+    "peak_memory_mb": ..., "fingerprint": {...}});
+  - several of those, as a JSON array or one object per line (``ltsedge profile --json >> prev.jsonl``).
+
+A model is matched to a previous entry by its path as given (normalised), else by sha256, else by
+ltsedge architecture id, else by file name when exactly one previous entry has that name.
+
+Measurements from another machine (a different ``fingerprint_hash``) or with other workload or
+runtime settings are refused unless ``force``: comparing them would report the machine, not the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
+
+# Profile settings that change what is measured (the repeat policy only changes how precisely).
+WORKLOAD_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
+                     "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
+                     "batch", "sequence")
+
+
+@dataclass(frozen=True)
+class PreviousEntry:
+    model: str
+    latency_ms: float | None
+    peak_memory_mb: float | None
+    sha256: str | None
+    architecture_id: str | None
+    shapes: dict | None  # None: not recorded (profile --json)
+    fingerprint: dict
+
+
+@dataclass(frozen=True)
+class Previous:
+    path: Path
+    entries: list[PreviousEntry]
+
+    def fingerprints(self) -> dict[str, dict]:
+        """Distinct fingerprints by hash, in file order."""
+        out: dict[str, dict] = {}
+        for e in self.entries:
+            out.setdefault(fingerprint_hash(e.fingerprint), e.fingerprint)
+        return out
+
+    def match(self, model: str, sha256: str | None, architecture_id: str | None
+              ) -> tuple[PreviousEntry | None, str | None]:
+        """The previous entry for a model and how it was matched ("path", "sha256", ...), or (None, None)."""
+        key = normalise(model)
+        tiers = (
+            ("path", [e for e in self.entries if normalise(e.model) == key]),
+            ("sha256", [e for e in self.entries if sha256 and e.sha256 == sha256]),
+            ("architecture id", [e for e in self.entries if architecture_id and e.architecture_id == architecture_id]),
+        )
+        for how, found in tiers:
+            if found:
+                return found[-1], how  # several (appended JSON lines): the newest, the last one
+        name = PurePosixPath(key).name
+        by_name = [e for e in self.entries if PurePosixPath(normalise(e.model)).name == name]
+        if len({normalise(e.model) for e in by_name}) == 1:
+            return by_name[-1], "file name"
+        return None, None
+
+
+def normalise(model: str) -> str:
+    return PurePosixPath(os.path.normpath(model.replace("\\", "/")).replace("\\", "/")).as_posix()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+def load_previous(path: str | Path) -> Previous:
+    path = Path(path)
+    where = f"--against file {path}"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LtsedgeError(f"--against file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LtsedgeError(f"cannot read {where}: {e}") from None
+    documents = _documents(text, where)
+    entries: list[PreviousEntry] = []
+    for i, doc in enumerate(documents, 1):
+        label = where if len(documents) == 1 else f"{where}, object #{i}"
+        entries.extend(_entries(doc, label))
+    if not entries:
+        raise LtsedgeError(f"{where} holds no measurement to compare with")
+    return Previous(path, entries)
+
+
+def _documents(text: str, where: str) -> list[Any]:
+    if not text.strip():
+        raise LtsedgeError(f"{where} is empty (expected the output of `ltsedge check --json` or "
+                           f"`ltsedge profile --json`)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as first:
+        docs = []
+        for line in text.splitlines():  # JSON lines?
+            if not line.strip():
+                continue
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise LtsedgeError(f"{where}: malformed JSON: {first.msg} "
+                                   f"(line {first.lineno}, column {first.colno})") from None
+        return docs
+    return data if isinstance(data, list) else [data]
+
+
+def _entries(doc: Any, where: str) -> list[PreviousEntry]:
+    if not isinstance(doc, dict):
+        raise LtsedgeError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    fingerprint = doc.get("fingerprint")
+    if not isinstance(fingerprint, dict):
+        raise LtsedgeError(f"{where}: missing the 'fingerprint' object of the machine that measured it "
+                           f"(expected the output of `ltsedge check --json` or `ltsedge profile --json`)")
+    if "results" in doc:  # ltsedge check --json
+        results = doc["results"]
+        if not isinstance(results, list):
+            raise LtsedgeError(f"{where}: 'results' must be a list of per-model results")
+        return [_entry(r, f"{where}: results[{i}]", fingerprint, shapes_known=True) for i, r in enumerate(results)]
+    if "model" in doc:  # ltsedge profile --json (which does not record --shape)
+        return [_entry(doc, where, fingerprint, shapes_known=False)]
+    raise LtsedgeError(f"{where}: neither `ltsedge check --json` output (no 'results') "
+                       f"nor `ltsedge profile --json` output (no 'model')")
+
+
+def _entry(raw: Any, where: str, fingerprint: dict, *, shapes_known: bool) -> PreviousEntry:
+    if not isinstance(raw, dict):
+        raise LtsedgeError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise LtsedgeError(f"{where}: 'model' must be the model's path as a string")
+    values = {}
+    for key in ("latency_ms", "peak_memory_mb"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise LtsedgeError(f"{where}: {key} = {json.dumps(value)} must be a non-negative number or null")
+        values[key] = float(value) if value is not None else None
+    optional = {}
+    for key, kind in (("sha256", str), ("architecture_id", str), ("shapes", dict)):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise LtsedgeError(f"{where}: {key} = {json.dumps(value)} has the wrong type")
+        optional[key] = value
+    if shapes_known and optional["shapes"] is None:
+        optional["shapes"] = {}  # check --json writes null for "the profile's default shapes"
+    return PreviousEntry(model=model, fingerprint=fingerprint, **values, **optional)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparable?
+# ---------------------------------------------------------------------------------------------
+def describe_machine(fp: dict) -> str:
+    parts = [str(fp.get("arch") or "?")]
+    if fp.get("logical_cores"):
+        parts.append(f"{fp['logical_cores']} cores")
+    if fp.get("memory_total_gb"):
+        parts.append(f"{fp['memory_total_gb']} GB")
+    board = f", {fp['board']}" if fp.get("board") else ""
+    return f"{fp.get('cpu_model') or 'unknown CPU'} ({', '.join(parts)}{board}; fingerprint {fingerprint_hash(fp)})"
+
+
+def check_comparable(previous: Previous, current: dict, *, force: bool) -> list[str]:
+    """Raise unless ``previous`` was measured on this machine with this workload; with ``force``,
+    return the differences as notes instead. Also notes an onnxruntime upgrade (a real cause of regressions)."""
+    notes: list[str] = []
+    here = fingerprint_hash(current)
+    for h, fp in previous.fingerprints().items():
+        if h != here:
+            message = (f"{previous.path} was measured on {describe_machine(fp)}, this machine is "
+                       f"{describe_machine(current)}")
+            if not force:
+                raise LtsedgeError(f"cannot compare: {message}; latencies from different machines are not "
+                                   f"comparable (pass --force to compare anyway)")
+            notes.append(f"--force: comparing across machines: {message}")
+        settings, ours = fp.get("settings"), current.get("settings") or {}
+        if isinstance(settings, dict):
+            differ = [k for k in WORKLOAD_SETTINGS if k in settings and k in ours and settings[k] != ours[k]]
+            if differ:
+                detail = ", ".join(f"{k} = {settings[k]!r} then, {ours[k]!r} now" for k in differ)
+                if not force:
+                    raise LtsedgeError(f"cannot compare with {previous.path}: measured with other settings "
+                                       f"({detail}); pass --force to compare anyway")
+                notes.append(f"--force: comparing measurements taken with other settings ({detail})")
+        then, now = fp.get("onnxruntime"), current.get("onnxruntime")
+        if then and now and then != now:
+            notes.append(f"onnxruntime changed since {previous.path}: {then} then, {now} now")
+    return list(dict.fromkeys(notes))

@@ -1,0 +1,202 @@
+"""The result of ``ltsedge check``: per-model checks, the table, the JSON object, the exit code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ltsedge
+from ltsedge.check.budgets import Target
+from ltsedge.check.previous import PreviousEntry, describe_machine
+from ltsedge.check.verdict import ERROR, FAIL, MARGINAL_FAIL, MARGINAL_PASS, PASS, Check, fmt, signed
+from ltsedge.devices import DeviceProfile
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.runners import Measurement
+
+EXIT_PASSED, EXIT_FAILED = 0, 1  # bad input is LtsedgeError's exit code 2
+VERDICT_STYLES = {PASS: "green", MARGINAL_PASS: "yellow", FAIL: "bold red", MARGINAL_FAIL: "bold red",
+                  ERROR: "bold red"}
+
+
+@dataclass
+class ModelResult:
+    target: Target
+    sha256: str
+    architecture_id: str | None
+    shapes: dict[str, list[int]]
+    checks: list[Check]
+    measurement: Measurement | None = None
+    remeasurement: Measurement | None = None  # with the stricter policy, when a check was marginal
+    previous: PreviousEntry | None = None
+    matched_by: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return self.target.display
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement is not None and self.measurement.ok
+
+    @property
+    def error(self) -> str | None:
+        if self.measurement is None:
+            return "not measured"
+        return self.measurement.error
+
+    @property
+    def passed(self) -> bool:
+        return self.ok and all(c.passed for c in self.checks)
+
+    def used(self, metric: str) -> Measurement | None:
+        """The measurement the ``metric`` verdicts were decided on."""
+        if any(c.metric == metric and c.remeasured for c in self.checks):
+            return self.remeasurement
+        return self.measurement
+
+    def to_dict(self) -> dict[str, Any]:
+        lat, mem = self.used("latency"), self.used("memory")
+        lat = lat if lat is not None and lat.ok else None
+        mem = mem if mem is not None and mem.ok else None
+        verdicts, marginal = {}, {}
+        for c in self.checks:
+            key = c.metric + ("_regression" if c.kind == "regression" else "")
+            verdicts[key], marginal[key] = c.verdict, c.marginal
+        regression = None
+        if self.previous is not None:
+            changes = {c.metric: c.change for c in self.checks if c.kind == "regression"}
+            regression = {"matched_by": self.matched_by, "previous_model": self.previous.model,
+                          "previous_latency_ms": self.previous.latency_ms,
+                          "previous_peak_memory_mb": self.previous.peak_memory_mb,
+                          "latency_change": changes.get("latency"), "memory_change": changes.get("memory")}
+        return {
+            "model": self.model, "path": str(self.target.path.resolve()), "sha256": self.sha256,
+            "architecture_id": self.architecture_id, "shapes": self.shapes or None,
+            "ok": self.ok, "error": None if self.ok else self.error,
+            "latency_ms": lat.latency_ms if lat else None, "latency_p90_ms": lat.latency_p90_ms if lat else None,
+            "latency_min_ms": lat.latency_min_ms if lat else None, "latency_cv": lat.latency_cv if lat else None,
+            "runs": lat.runs if lat else None, "converged": lat.converged if lat else None,
+            "peak_memory_mb": mem.peak_memory_mb if mem else None, "weights_mb": mem.weights_mb if mem else None,
+            "budgets": self.target.budgets.to_dict(), "budget_sources": dict(self.target.budgets.sources),
+            "verdicts": verdicts, "marginal": marginal, "remeasured": self.remeasurement is not None,
+            "regression": regression, "checks": [c.to_dict() for c in self.checks],
+            "measurement": self.measurement.to_dict() if self.measurement else None,
+            "remeasurement": self.remeasurement.to_dict() if self.remeasurement else None,
+            "notes": list(self.notes), "passed": self.passed,
+        }
+
+
+@dataclass
+class CheckReport:
+    profile: DeviceProfile
+    fingerprint: dict
+    results: list[ModelResult]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (model, reason)
+    against: Path | None = None
+    max_regression: float = 0.10
+    forced: bool = False
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def device(self) -> str:
+        return self.profile.name
+
+    @property
+    def checks(self) -> list[Check]:
+        return [c for r in self.results for c in r.checks]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PASSED if self.passed else EXIT_FAILED
+
+    def counts(self) -> dict[str, int]:
+        checks = self.checks
+        return {"models": len(self.results), "checks": len(checks),
+                "passed": sum(c.passed for c in checks),
+                "failed": sum(c.verdict in (FAIL, MARGINAL_FAIL) for c in checks),
+                "errors": sum(c.verdict == ERROR for c in checks),
+                "marginal": sum(c.marginal for c in checks), "skipped": len(self.skipped)}
+
+    # -- outputs -----------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The ``ltsedge check --json`` object (also what ``--against`` reads back)."""
+        return {
+            "tool": "ltsedge check", "version": ltsedge.__version__, "device": self.device,
+            "execution_provider": self.profile.execution_provider, "settings_hash": self.profile.settings_hash(),
+            "fingerprint": self.fingerprint, "fingerprint_hash": fingerprint_hash(self.fingerprint),
+            "against": str(self.against) if self.against else None, "max_regression": self.max_regression,
+            "forced": self.forced, "passed": self.passed, "exit_code": self.exit_code, "summary": self.counts(),
+            "results": [r.to_dict() for r in self.results],
+            "skipped": [{"model": m, "reason": why} for m, why in self.skipped],
+            "notes": list(self.notes), "seconds": round(self.seconds, 3),
+        }
+
+    def write_junit(self, path: str | Path) -> None:
+        from ltsedge.check.junit import write_junit
+
+        write_junit(self, path)
+
+    def render(self, console: Any = None) -> None:
+        """The verdict table and a one-line summary (rich; plain text when not a terminal)."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        if console is None:
+            console = Console()
+            if not console.is_terminal and "COLUMNS" not in os.environ:
+                console = Console(width=140)  # CI logs: do not wrap the table at 80 columns
+        fp = self.fingerprint
+        table = Table(title=f"ltsedge check on {escape(self.device)}",
+                      caption=f"{escape(describe_machine(fp))}, onnxruntime {fp.get('onnxruntime')}")
+        for column in ("model", "check", "measured", "limit", "margin", "verdict"):
+            table.add_column(column, justify="left" if column in ("model", "check", "verdict") else "right",
+                             overflow="fold")  # never "…": a path cut short names no model
+        for r in self.results:
+            for c in r.checks:
+                style = VERDICT_STYLES[c.verdict]
+                if c.error is not None:
+                    table.add_row(escape(r.model), c.label, escape(c.error), _limit_cell(c), "-",
+                                  f"[{style}]{c.verdict}[/]")
+                    continue
+                extras = [f"{c.change:+.1%}"] if c.change is not None else []
+                if c.remeasured and c.first_value is not None:
+                    extras.append(f"first {fmt(c.first_value)}")
+                measured = f"{fmt(c.value)} {c.unit}" + (f" ({'; '.join(extras)})" if extras else "")
+                pct = f" ({c.margin_pct:+.1f}%)" if c.margin_pct is not None else ""
+                margin = f"{signed(c.margin)} {c.unit}{pct}"
+                table.add_row(escape(r.model), c.label, measured, _limit_cell(c), margin, f"[{style}]{c.verdict}[/]")
+        console.print(table)
+        for model, why in self.skipped:
+            console.print(f"skipped {escape(model)}: {escape(why)}", soft_wrap=True)
+        for note in self.notes:
+            console.print(f"note: {escape(note)}", soft_wrap=True)
+        for r in self.results:
+            for note in [*r.notes, *(n for c in r.checks for n in c.notes)]:
+                console.print(f"note: {escape(r.model)}: {escape(note)}", soft_wrap=True)
+        n = self.counts()
+        marginal = f", {n['marginal']} marginal (re-measured)" if n["marginal"] else ""
+        if self.passed:
+            console.print(f"[bold green]PASSED[/]: {n['checks']} check(s) of {n['models']} model(s) within "
+                          f"limits{marginal}", soft_wrap=True)
+        else:
+            parts = [f"{n['failed']} of {n['checks']} check(s) over their limit"] if n["failed"] else []
+            broken = sum(not r.ok for r in self.results)
+            if broken:
+                parts.append(f"{broken} of {n['models']} model(s) could not be measured")
+            console.print(f"[bold red]FAILED[/]: {', '.join(parts)}{marginal}", soft_wrap=True)
+
+
+def _limit_cell(c: Check) -> str:
+    if c.kind == "regression":
+        return f"{fmt(c.limit)} {c.unit} (prev {fmt(c.previous)} +{c.limit / c.previous - 1:.0%})" if c.previous \
+            else f"{fmt(c.limit)} {c.unit}"
+    return f"{fmt(c.limit)} {c.unit}"

@@ -1,0 +1,197 @@
+"""``run_check``: resolve models and budgets, measure, re-measure the close calls, judge, report.
+
+Bad input (a missing model, a malformed budgets or --against file, an unknown device, a model with no
+budget, another machine's --against without --force) raises ``LtsedgeError`` before anything is
+measured. A model that is present but cannot be measured (does not load, crashes the runtime, times
+out) is a failure of the gate, reported per model, never raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ltsedge.check.budgets import BUDGET_KEYS, Target, load_budgets, resolve_targets
+from ltsedge.check.previous import Previous, check_comparable, load_previous
+from ltsedge.check.report import CheckReport, ModelResult
+from ltsedge.check.verdict import Check
+from ltsedge.devices import DeviceProfile, load_profile, strict
+from ltsedge.devices.fingerprint import machine_fingerprint
+from ltsedge.errors import LtsedgeError
+from ltsedge.runners import Measurement, Runner
+from ltsedge.runners.inputs import resolve_shape
+
+# measure(profile, [(path, shapes), ...]) -> one Measurement per job, in order. Injectable for tests.
+Measure = Callable[[DeviceProfile, list[tuple[Path, dict[str, list[int]]]]], list[Measurement]]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    sha256: str
+    architecture_id: str | None
+    inputs: dict[str, list] | None  # declared inputs (not initializers) -> dims; None if onnx cannot read it
+
+
+def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
+              max_latency_ms: float | None = None, max_memory_mb: float | None = None,
+              budgets_file: str | Path | None = None, shapes: dict[str, list[int]] | None = None,
+              against: str | Path | None = None, max_regression: float = 0.10, force: bool = False,
+              measure: Measure | None = None, fingerprint: dict | None = None,
+              log: Callable[[str], None] | None = None) -> CheckReport:
+    """Check ``models`` against their budgets (and ``against``'s measurements) on ``device``.
+
+    ``measure`` and ``fingerprint`` replace the onnxruntime worker and this machine's fingerprint
+    (tests); ``log`` receives progress lines (default: stderr).
+    """
+    log = log or _stderr
+    started = time.monotonic()
+    profile = device if isinstance(device, DeviceProfile) else load_profile(device)
+    if (isinstance(max_regression, bool) or not isinstance(max_regression, (int, float))
+            or not 0 <= max_regression < float("inf")):
+        raise LtsedgeError(f"--max-regression {max_regression!r} must be a fraction >= 0 (0.10 = 10%)")
+    budgets = load_budgets(budgets_file) if budgets_file is not None else None
+    targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,
+                                       max_memory_mb=max_memory_mb, budgets_file=budgets)
+    fingerprint = fingerprint if fingerprint is not None else machine_fingerprint(profile)
+    previous = load_previous(against) if against is not None else None
+    notes = check_comparable(previous, fingerprint, force=force) if previous else []
+    infos = [inspect_model(t.path) for t in targets]
+    _check_cli_shapes(shapes or {}, infos)
+    jobs = [(t.path, model_shapes(t, info, shapes or {}, profile)) for t, info in zip(targets, infos, strict=True)]
+
+    results = [_result(t, info, job_shapes, previous, float(max_regression))
+               for t, info, (_, job_shapes) in zip(targets, infos, jobs, strict=True)]
+    measure = measure or measure_with_runner
+    log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")
+    for result, m in zip(results, measure(profile, jobs), strict=True):
+        result.measurement = m
+        for check in result.checks:
+            check.decide(m, profile.tolerance)
+
+    close = [i for i, r in enumerate(results) if r.ok and any(c.marginal for c in r.checks)]
+    if close:
+        careful = strict(profile)
+        log(f"ltsedge check: {len(close)} model(s) within measurement noise of a limit; re-measuring with "
+            f"min_runs {careful.min_runs}, max_runs {careful.max_runs}, tolerance {careful.tolerance:g}")
+        again = measure(careful, [jobs[i] for i in close])
+        for i, m in zip(close, again, strict=True):
+            r = results[i]
+            r.remeasurement = m
+            close_metrics = {c.metric for c in r.checks if c.marginal}
+            for check in r.checks:
+                if check.metric in close_metrics:
+                    check.decide(m, careful.tolerance, remeasured=True)
+    return CheckReport(profile=profile, fingerprint=fingerprint, results=results, skipped=skipped,
+                       against=previous.path if previous else None, max_regression=float(max_regression),
+                       forced=bool(force and previous), notes=notes, seconds=time.monotonic() - started)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | None,
+            max_regression: float) -> ModelResult:
+    checks = [Check(target.display, metric, "budget", target.budgets.get(key), target.budgets.sources[key])
+              for key, metric in BUDGET_KEYS.items() if target.budgets.get(key) is not None]
+    result = ModelResult(target=target, sha256=info.sha256, architecture_id=info.architecture_id, shapes=shapes,
+                         checks=checks)
+    if previous is None:
+        return result
+    entry, how = previous.match(target.display, info.sha256, info.architecture_id)
+    if entry is None:
+        result.notes.append(f"not in {previous.path}: no regression check")
+        return result
+    result.previous, result.matched_by = entry, how
+    if entry.shapes is not None and entry.shapes != shapes:
+        result.notes.append(f"measured at other input shapes in {previous.path} ({json.dumps(entry.shapes)}): "
+                            f"no regression check")
+        return result
+    for metric, prev in (("latency", entry.latency_ms), ("memory", entry.peak_memory_mb)):
+        if prev is None:
+            continue
+        source = f"previous x {1 + max_regression:g}"
+        checks.append(Check(target.display, metric, "regression", prev * (1 + max_regression), source, previous=prev))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The model files
+# ---------------------------------------------------------------------------------------------
+def inspect_model(path: Path) -> ModelInfo:
+    """sha256, ltsedge architecture id and declared inputs; a file onnx cannot parse gets None for
+    the last two (onnxruntime then reports why it does not load)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise LtsedgeError(f"cannot read model {path}: {e.strerror or e}") from None
+    try:
+        import onnx
+
+        from ltsedge.exporters import read_metadata
+
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not parseable here; the runner reports the load failure
+        return ModelInfo(digest.hexdigest(), None, None)
+    initializers = {t.name for t in proto.graph.initializer}
+    inputs = {}
+    for vi in proto.graph.input:
+        if vi.name in initializers:
+            continue
+        tensor = vi.type.tensor_type
+        inputs[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+                           if tensor.HasField("shape") else None)
+    return ModelInfo(digest.hexdigest(), read_metadata(proto).get("id"), inputs)
+
+
+def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], profile: DeviceProfile
+                 ) -> dict[str, list[int]]:
+    """The model's shapes from the budgets file, plus the --shape ones for inputs it declares
+    (--shape wins); each checked against the declared input, so a wrong shape is bad input (exit 2)
+    rather than a model that "failed to measure"."""
+    shapes = dict(target.shapes)
+    if info.inputs is None:
+        shapes.update(cli)
+        return shapes
+    shapes.update({k: v for k, v in cli.items() if k in info.inputs})
+    for name, dims in shapes.items():
+        if name not in info.inputs:
+            raise LtsedgeError(f"{target.display}: shape given for {name!r}, which is not an input of the model "
+                               f"(inputs: {', '.join(info.inputs) or 'none'})")
+        try:
+            resolve_shape(name, info.inputs[name], profile, dims)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{target.display}: {e}") from None
+    return shapes
+
+
+def _check_cli_shapes(cli: dict[str, list[int]], infos: list[ModelInfo]) -> None:
+    known = [i.inputs for i in infos if i.inputs is not None]
+    if not known:
+        return
+    for name in cli:
+        if not any(name in inputs for inputs in known):
+            names = sorted({n for inputs in known for n in inputs})
+            raise LtsedgeError(f"--shape {name}=...: no model has an input {name!r} (inputs: {', '.join(names)})")
+
+
+def measure_with_runner(profile: DeviceProfile, jobs: list[tuple[Path, dict[str, list[int]]]]) -> list[Measurement]:
+    """Measure in one onnxruntime worker, models with the same shapes together (cool-down, drift check)."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, shapes) in enumerate(jobs):
+        groups.setdefault(json.dumps(shapes, sort_keys=True), []).append(i)
+    out: list[Measurement | None] = [None] * len(jobs)
+    with Runner(profile) as runner:
+        for indices in groups.values():
+            shapes = jobs[indices[0]][1] or None
+            for i, m in zip(indices, runner.measure_many([jobs[i][0] for i in indices], shapes=shapes), strict=True):
+                out[i] = m
+    return out  # type: ignore[return-value]

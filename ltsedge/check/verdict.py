@@ -1,0 +1,206 @@
+"""Verdicts: one measured value against one limit, with the measurement's own uncertainty.
+
+A limit is a budget (``max_latency_ms``) or a regression limit (the previous value x (1 +
+max_regression)). A value within its uncertainty of the limit is *marginal*: the model is measured
+again with a stricter repeat policy and the verdict follows the new value, marked "marginal pass" or
+"marginal fail" so a reader knows the gate was close.
+
+Uncertainty of a value (where its true value lies, 95%):
+  - latency (a median of n timed runs): +-the profile's tolerance when the runs converged (the
+    runner stopped because the median's order-statistic 95% interval was within it); otherwise the
+    half-width estimated from the coefficient of variation, 1.96 x 1.2533 x CV / sqrt(n) (1.2533 =
+    sqrt(pi/2): the standard error of a median over that of a mean), at least the tolerance, and on
+    each side no further than the fastest run and the 90th percentile;
+  - peak memory: +-max(2% of the value, 2 MB): the allocator's arenas and page granularity move a
+    peak by that much between identical runs.
+
+Pure functions of numbers: the tests feed them made-up measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ltsedge.runners import Measurement
+
+Z95 = 1.959964
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+MEMORY_RELATIVE = 0.02
+MEMORY_ABSOLUTE_MB = 2.0
+
+METRICS = {"latency": ("latency_ms", "ms"), "memory": ("peak_memory_mb", "MB")}
+PASS, FAIL, MARGINAL_PASS, MARGINAL_FAIL, ERROR = "pass", "FAIL", "marginal pass", "marginal fail", "ERROR"
+
+
+def value_of(metric: str, m: Measurement) -> float | None:
+    return getattr(m, METRICS[metric][0]) if m.ok else None
+
+
+def latency_relative_bounds(m: Measurement, tolerance: float) -> tuple[float, float]:
+    """How far below and above the median latency its 95% interval reaches, relative to the median.
+
+    A converged measurement stopped because the median's order-statistic 95% interval was within the
+    tolerance: +-tolerance. Otherwise the half-width is estimated from the CV, at least the
+    tolerance; one slow run inflates the CV but hardly moves a median, so each side is capped by the
+    runs themselves: the interval lies within [fastest run, 90th percentile].
+    """
+    if not m.ok or m.converged or m.latency_cv is None or m.runs < 2 or not m.latency_ms:
+        return tolerance, tolerance
+    from_cv = Z95 * MEDIAN_SE_FACTOR * m.latency_cv / math.sqrt(m.runs)
+    below = above = from_cv
+    if m.latency_min_ms is not None:
+        below = min(below, (m.latency_ms - m.latency_min_ms) / m.latency_ms)
+    if m.latency_p90_ms is not None:
+        above = min(above, (m.latency_p90_ms - m.latency_ms) / m.latency_ms)
+    return max(tolerance, below), max(tolerance, above)
+
+
+def interval(metric: str, m: Measurement, tolerance: float) -> tuple[float, float] | None:
+    """Where the true value of ``metric`` lies (95%), in ms or MB; None when not measured."""
+    value = value_of(metric, m)
+    if value is None:
+        return None
+    if metric == "latency":
+        below, above = latency_relative_bounds(m, tolerance)
+        return value * (1 - below), value * (1 + above)
+    half = max(MEMORY_RELATIVE * value, MEMORY_ABSOLUTE_MB)
+    return value - half, value + half
+
+
+def uncertainty(metric: str, m: Measurement, tolerance: float, limit: float | None = None) -> float | None:
+    """Absolute uncertainty of ``m``'s value (ms or MB), on the side of ``limit`` when given."""
+    bounds, value = interval(metric, m, tolerance), value_of(metric, m)
+    if bounds is None or value is None:
+        return None
+    low, high = bounds
+    if limit is not None and limit < value:
+        return value - low
+    return high - value if limit is not None else max(value - low, high - value)
+
+
+def is_marginal(metric: str, m: Measurement, limit: float, tolerance: float) -> bool:
+    """Is ``limit`` inside the value's 95% interval?"""
+    bounds = interval(metric, m, tolerance)
+    return bounds is not None and bounds[0] <= limit <= bounds[1]
+
+
+@dataclass
+class Check:
+    """One model x metric x limit. ``kind`` is "budget" or "regression"."""
+
+    model: str
+    metric: str  # "latency" | "memory"
+    kind: str  # "budget" | "regression"
+    limit: float
+    source: str  # where the budget came from, or "previous x 1.10"
+    value: float | None = None
+    uncertainty: float | None = None  # absolute, of the value decided on
+    marginal: bool = False  # within its uncertainty of the limit (in either measurement)
+    remeasured: bool = False
+    first_value: float | None = None  # before re-measuring
+    previous: float | None = None  # regression: the previous value
+    error: str | None = None  # the model could not be measured
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return METRICS[self.metric][1]
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.metric}" + (" regression" if self.kind == "regression" else "")
+
+    @property
+    def label(self) -> str:
+        return self.metric + (" vs previous" if self.kind == "regression" else "")
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.value is not None and self.value <= self.limit
+
+    @property
+    def verdict(self) -> str:
+        if self.error is not None or self.value is None:
+            return ERROR
+        if self.marginal:
+            return MARGINAL_PASS if self.passed else MARGINAL_FAIL
+        return PASS if self.passed else FAIL
+
+    @property
+    def margin(self) -> float | None:
+        """Headroom: limit - value (negative = over the limit)."""
+        return None if self.value is None else self.limit - self.value
+
+    @property
+    def margin_pct(self) -> float | None:
+        return None if self.value is None or self.limit <= 0 else 100 * (self.limit - self.value) / self.limit
+
+    @property
+    def change(self) -> float | None:
+        """Regression checks: relative change from the previous value (+0.12 = 12% worse)."""
+        if self.kind != "regression" or self.value is None or not self.previous:
+            return None
+        return (self.value - self.previous) / self.previous
+
+    def decide(self, m: Measurement, tolerance: float, *, remeasured: bool = False) -> None:
+        """Judge ``m``; on a re-measurement keep the first value and stay marked marginal."""
+        if not m.ok:
+            if remeasured:  # keep the first verdict: a failed re-run says nothing about the value
+                self.notes.append(f"re-measurement failed ({m.error}); verdict from the first measurement")
+                return
+            self.error = m.error or "measurement failed"
+            return
+        if remeasured:
+            self.remeasured = True
+        else:
+            self.first_value = value_of(self.metric, m)
+        self.value = value_of(self.metric, m)
+        self.uncertainty = uncertainty(self.metric, m, tolerance, self.limit)
+        if self.value is None:  # e.g. no peak-memory counter on this platform
+            self.error = f"no {self.metric} value measured on this platform"
+            return
+        self.marginal = self.marginal or is_marginal(self.metric, m, self.limit, tolerance)
+
+    def message(self) -> str:
+        """One line: "latency 53.1 ms > budget 50 ms", for JUnit and logs."""
+        if self.error is not None:
+            return f"{self.metric} not measured: {self.error}"
+        what = "budget" if self.kind == "budget" else "regression limit"
+        op = "<=" if self.passed else ">"
+        text = f"{self.metric} {fmt(self.value)} {self.unit} {op} {what} {fmt(self.limit)} {self.unit}"
+        if self.kind == "regression":
+            text += f" (previous {fmt(self.previous)} {self.unit}, {self.change:+.1%})"
+        if self.marginal:
+            again = ", re-measured" if self.remeasured else ""
+            text += f" [marginal: within +-{fmt(self.uncertainty)} {self.unit} of the limit{again}]"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "kind": self.kind, "unit": self.unit, "value": self.value,
+                "limit": self.limit, "source": self.source, "margin": self.margin, "margin_pct": self.margin_pct,
+                "uncertainty": self.uncertainty, "verdict": self.verdict, "passed": self.passed,
+                "marginal": self.marginal, "remeasured": self.remeasured, "first_value": self.first_value,
+                "previous": self.previous, "change": self.change, "error": self.error, "notes": list(self.notes)}
+
+
+def signed(value: float | None) -> str:
+    """fmt with a sign: "+38.0", "-0.488"."""
+    if value is None:
+        return "-"
+    return ("+" if value >= 0 else "-") + fmt(abs(value))
+
+
+def fmt(value: float | None) -> str:
+    """A measured number with 3-4 significant digits, no exponent for everyday values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
