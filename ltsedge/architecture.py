@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import read_text
 
 BACKBONES = ("gpt2",)
 DEFAULT_VOCAB_SIZE = 50257
@@ -118,14 +119,7 @@ class Architecture:
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise LtsedgeError(f"architecture file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise LtsedgeError(f"cannot read architecture file {path}: {e}") from None
-        return cls.from_json(text, source=str(path))
+        return cls.from_json(read_text(path, "architecture file"), source=str(path))
 
 
 def _is_int(value: Any) -> bool:

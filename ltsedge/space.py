@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,7 @@ import numpy as np
 
 from ltsedge.architecture import DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
 from ltsedge.errors import LtsedgeError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from ltsedge.files import read_toml
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
 
@@ -186,15 +181,7 @@ class SearchSpace:
 
     @classmethod
     def load(cls, path: str | Path) -> SearchSpace:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise LtsedgeError(f"search-space file not found: {path}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise LtsedgeError(f"{path}: malformed TOML: {e}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise LtsedgeError(f"cannot read search-space file {path}: {e}") from None
+        data = read_toml(path, "search-space file")
         return cls.from_dict(data.get("space", data), source=str(path))
 
 

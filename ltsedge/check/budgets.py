@@ -34,11 +34,12 @@ from typing import Any
 
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import read_toml
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    pass
 
 # Budget key -> the metric it bounds.
 BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory"}
@@ -120,16 +121,7 @@ def display_path(path: Path) -> str:
 def load_budgets(path: str | Path) -> BudgetsFile:
     path = Path(path)
     where = f"budgets file {path}"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise LtsedgeError(f"budgets file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LtsedgeError(f"cannot read {where}: {e}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:  # the message ends with "(at line L, column C)"
-        raise LtsedgeError(f"{where}: malformed TOML: {e}") from None
+    data = read_toml(path, "budgets file")
     for key in data:
         if key != "model":
             raise LtsedgeError(f"{where}: unknown key {key!r} at the top level (allowed: [[model]] tables)")

@@ -24,6 +24,7 @@ from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import read_text
 
 # Profile settings that change what is measured (the repeat policy only changes how precisely).
 WORKLOAD_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
@@ -83,12 +84,7 @@ def normalise(model: str) -> str:
 def load_previous(path: str | Path) -> Previous:
     path = Path(path)
     where = f"--against file {path}"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise LtsedgeError(f"--against file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LtsedgeError(f"cannot read {where}: {e}") from None
+    text = read_text(path, "--against file")
     documents = _documents(text, where)
     entries: list[PreviousEntry] = []
     for i, doc in enumerate(documents, 1):

@@ -15,17 +15,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from ltsedge.files import read_toml
 
 PROFILE_DIR = Path(__file__).parent
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
@@ -180,16 +175,7 @@ def _looks_like_path(name_or_path: str | Path) -> bool:
 
 def _from_toml(path: Path, *, source: str, default_name: str) -> DeviceProfile:
     where = f"device profile file {path}"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise LtsedgeError(f"device profile file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LtsedgeError(f"cannot read {where}: {e}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:  # the message ends with "(at line L, column C)"
-        raise LtsedgeError(f"{where}: malformed TOML: {e}") from None
+    data = read_toml(path, "device profile file")
     fields = _flatten(data, where)
     fields.setdefault("name", default_name)
     try:

@@ -1,0 +1,33 @@
+"""Reading the user's files: every failure becomes one line that names the file and what it is."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ltsedge.errors import LtsedgeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """``what`` names the file's role, e.g. "budgets file": "budgets file not found: b.toml"."""
+    path = Path(path)
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise LtsedgeError(f"{what} not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LtsedgeError(f"cannot read {what} {path}: {e}") from None
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    text = read_text(path, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:  # the message ends with "(at line L, column C)"
+        raise LtsedgeError(f"{what} {path}: malformed TOML: {e}") from None
