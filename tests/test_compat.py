@@ -1,0 +1,98 @@
+"""Models for apps with an older onnxruntime: stamped with an opset and IR version that runtime loads.
+
+The strongest test loads the model in that older runtime: set LTSEDGE_OLD_ORT_PYTHON to a Python
+interpreter that has it (``.ci/run`` builds one with onnxruntime 1.20.1); without it, that test skips.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters import export_model, read_metadata
+from ltsedge.exporters.compat import ORT_RELEASES, local_target, parse_version, target_for, writer_limits
+from tests.conftest import tiny_arch
+
+OLD_PYTHON = os.environ.get("LTSEDGE_OLD_ORT_PYTHON")
+
+
+@pytest.mark.parametrize("version, expected", [("1.20", (21, 10)), ("1.20.1", (21, 10)), ("1.17.3", (20, 9)),
+                                               ("1.23", (23, 11))])
+def test_target_versions_follow_the_release_table(version, expected):
+    max_opset, max_ir = writer_limits()
+    target = target_for(version)
+    assert (target.opset, target.ir_version) == (min(expected[0], max_opset), min(expected[1], max_ir))
+
+
+def test_a_newer_runtime_than_the_table_gets_at_least_the_newest_known_pair():
+    newest = ORT_RELEASES[max(ORT_RELEASES)]
+    target = target_for("9.0")
+    assert (target.opset, target.ir_version) == tuple(min(a, b) for a, b in zip(newest, writer_limits()))
+
+
+@pytest.mark.parametrize("version, message", [("1.10", "lacks opset 17"), ("banana", "not a version number"),
+                                              ("1.x", "not a version number")])
+def test_impossible_targets_are_clear_errors(version, message):
+    with pytest.raises(LtsedgeError, match=message):
+        target_for(version)
+
+
+def test_exported_model_carries_the_promised_versions():
+    exported = export_model(tiny_arch(d_embed=32, div_val=2), target_ort="1.20")
+    proto = onnx.load_from_string(exported.to_bytes())
+    expected = target_for("1.20")
+    assert proto.ir_version == expected.ir_version and proto.opset_import[0].version == expected.opset
+    meta = read_metadata(proto)
+    assert (meta["opset"], meta["ir_version"], meta["target_ort"]) == (str(expected.opset), str(expected.ir_version),
+                                                                       "1.20")
+    onnx.checker.check_model(proto)
+
+
+def test_local_target_is_loadable_locally():
+    import onnxruntime as ort
+
+    target = local_target()
+    assert target.runtime == ort.__version__
+    exported = export_model(tiny_arch(), target_ort=None)
+    ort.InferenceSession(exported.to_bytes(), providers=["CPUExecutionProvider"])
+
+
+def test_version_parsing():
+    assert parse_version("1.20.1") == (1, 20) and parse_version("1.31.1+cu12") == (1, 31)
+
+
+@pytest.mark.skipif(not OLD_PYTHON, reason="set LTSEDGE_OLD_ORT_PYTHON to a Python with an older onnxruntime")
+def test_model_for_an_older_runtime_loads_and_runs_in_it(tmp_path):
+    probe = subprocess.run([OLD_PYTHON, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+                           capture_output=True, text=True, check=True)
+    old_version = probe.stdout.strip()
+    path = tmp_path / "m.onnx"
+    export_model(tiny_arch(d_embed=32, div_val=2), target_ort=old_version).save(path)
+    code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1], "
+            "providers=['CPUExecutionProvider']); (y,) = s.run(None, {'input_ids': np.zeros((1, 5), np.int64)});"
+            "print(y.shape)")
+    ran = subprocess.run([OLD_PYTHON, "-c", code, str(path)], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "(1, 5, 500)"
+    # and the default (newest local) stamp is refused there when it is newer: the reason for --target-ort
+    if local_target().ir_version > target_for(old_version).ir_version:
+        newest = tmp_path / "newest.onnx"
+        export_model(tiny_arch()).save(newest)
+        refused = subprocess.run([OLD_PYTHON, "-c", code, str(newest)], capture_output=True, text=True)
+        assert refused.returncode != 0 and ("IR version" in refused.stderr or "opset" in refused.stderr)
+
+
+def test_cli_export_with_target(tmp_path, arch_file):
+    out = tmp_path / "m.onnx"
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch_file()), "-o", str(out),
+                           "--target-ort", "1.20"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert onnx.load(str(out)).ir_version == target_for("1.20").ir_version
+    bad = subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch_file()), "-o", str(out),
+                          "--target-ort", "0.5"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "lacks opset 17" in bad.stderr
