@@ -7,6 +7,15 @@ from rich.table import Table
 
 from ltsedge.search.run import SearchResult
 
+MAX_ROWS = 12  # the summary fits one screen; frontier.csv has every model
+
+
+def _spread(items: list, n: int) -> list:
+    """At most n items, evenly spaced, first and last included."""
+    if len(items) <= n:
+        return items
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
 
 def print_summary(result: SearchResult, console: Console | None = None) -> None:
     console = console or Console()
@@ -21,12 +30,14 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
     table = Table(title=f"Pareto frontier ({len(result.frontier)} models)")
     for column in ("id", "decoder params", "latency ms (p90)", "peak MB", "layers x d_model"):
         table.add_column(column, justify="right" if column != "id" else "left")
-    for p in result.frontier:
+    for p in _spread(result.frontier, MAX_ROWS):
         c, m = p.candidate, p.candidate.measurement
         table.add_row(c.arch.id, f"{c.params.decoder_params / 1e6:.2f}M",
                       f"{m['latency_ms']:.1f} ({m['latency_p90_ms']:.1f})", f"{m['peak_memory_mb']:.0f}",
                       f"{c.arch.n_layer} x {c.arch.d_model}")
     console.print(table)
+    if len(result.frontier) > MAX_ROWS:
+        console.print(f"({MAX_ROWS} of {len(result.frontier)} models, spread over the range: all in frontier.csv)")
     compared = [r for r in result.baseline if r["speedup"] is not None]
     if result.baseline:
         base = Table(title="vs the layer-scaled baseline (frontier model with at least its decoder params, fastest)")
