@@ -130,9 +130,9 @@ def profile(
                            target_ort=target_ort)
     if as_json:
         typer.echo(json.dumps(result, default=str))
-        return
-    _print_profile(result)
-    if not result["ok"]:
+    else:
+        _print_profile(result)
+    if not result["ok"]:  # the model could not be measured (crash, timeout, load failure): say so in the exit code
         raise typer.Exit(1)
 
 

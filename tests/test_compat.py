@@ -22,7 +22,8 @@ OLD_PYTHON = os.environ.get("LTSEDGE_OLD_ORT_PYTHON")
 
 
 @pytest.mark.parametrize("version, expected", [("1.20", (21, 10)), ("1.20.1", (21, 10)), ("1.17.3", (20, 9)),
-                                               ("1.23", (23, 11))])
+                                               ("1.15", (18, 9)), ("1.22", (22, 10)), ("1.23", (23, 11)),
+                                               ("1.26.0", (26, 13))])
 def test_target_versions_follow_the_release_table(version, expected):
     max_opset, max_ir = writer_limits()
     target = target_for(version)

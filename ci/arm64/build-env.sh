@@ -14,10 +14,16 @@
 # Stages build into *.tmp and are renamed into place, so an interrupted run never leaves a half stage
 # that looks finished. A lock file serialises concurrent runs on the same DIR.
 #
-# Pins (facts about emulation, not preferences):
-#   onnxruntime 1.26.0 -- 1.28 and later crash at import under qemu-user 7.2 (Debian bookworm's qemu)
-#   torch 2.5.1        -- later aarch64 torch wheels on PyPI depend on CUDA packages that have no aarch64 build
-#   onnx 1.17.0        -- onnx >= 1.18 writes IR version 11+, which onnxruntime 1.26 refuses
+# Pins, and why:
+#   onnxruntime 1.26.0 -- the pin of the shared recipe. 1.28 and later segfault at import under qemu-user 7.2
+#                         when the guest sees the host's x86 /proc/cpuinfo; with the ARM cpuinfo that step 2b
+#                         provides, 1.28.0 and 1.31.1 import and run too. Override: ARM64_ONNXRUNTIME=1.31.1
+#   torch 2.5.1        -- later aarch64 torch wheels on PyPI depend on CUDA packages (per the shared recipe)
+#   onnx 1.17.0        -- writes at most opset 22 / IR 10, so ltsedge's stamping is capped by the writer, not the
+#                         runtime (onnxruntime 1.26 loads up to opset 26 / IR 13). Newer onnx also works for
+#                         ltsedge's explicitly stamped models, but needs ml_dtypes (1.19+), and its defaults
+#                         (1.22: opset 27; 1.23: IR 14) make models onnxruntime 1.26 refuses.
+#                         Override: ARM64_ONNX=1.20.0
 #   sympy 1.13.1       -- torch 2.5.1 requires exactly this version
 set -euo pipefail
 
@@ -27,7 +33,7 @@ DIR=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "build-env: unknown option $1" >&2; usage ;;
     *) [ -z "$DIR" ] || usage; DIR=$1 ;;
   esac
@@ -39,7 +45,7 @@ SUITE=bookworm
 ROOT_PACKAGES=python3,python3-venv,libgomp1
 # Resolved together, with dependencies (markers are evaluated for the host, which is also CPython 3.11).
 SPECS=(
-  "onnxruntime==1.26.0" "onnx==1.17.0" numpy "pymoo>=0.6.1" psutil typer rich pytest
+  "onnxruntime==${ARM64_ONNXRUNTIME:-1.26.0}" "onnx==${ARM64_ONNX:-1.17.0}" numpy "pymoo>=0.6.1" psutil typer rich pytest
   # torch 2.5.1's pure-python dependencies (torch itself is fetched with --no-deps, see below)
   "sympy==1.13.1" networkx jinja2 filelock fsspec typing_extensions
 )
@@ -72,6 +78,8 @@ DIR=$(realpath -m "$DIR")
 mkdir -p "$DIR" || die "cannot create $DIR"
 exec 9>"$DIR/.lock"
 flock -w 1800 9 || die "another build-env.sh holds $DIR/.lock for over 30 minutes"
+# Stages left half-built by an interrupted run (we hold the lock, so nobody is writing them).
+rm -rf "$DIR/root.tmp" "$DIR/wheels.tmp" "$DIR/site.tmp" "$DIR/python.tmp"
 
 # --- 1. host tools -------------------------------------------------------------------------------
 t=$(now)
@@ -91,7 +99,7 @@ QEMU=$(command -v qemu-aarch64-static)
 log "host tools ready ($(elapsed "$t")): $("$QEMU" --version | head -1)"
 
 # --- 2. Debian arm64 root (debootstrap first stage + every .deb unpacked; no maintainer scripts run) --
-ROOT_KEY=$(hash_of "$SUITE" "$ROOT_PACKAGES" minbase v1)
+ROOT_KEY=$(hash_of "$SUITE" "$ROOT_PACKAGES" minbase v2)
 if [ "$FORCE" = 0 ] && [ -x "$DIR/root/usr/bin/python3.11" ] && [ "$(cat "$DIR/root/.ltsedge-key" 2>/dev/null)" = "$ROOT_KEY" ]; then
   log "arm64 root: cached"
 else
@@ -116,14 +124,37 @@ else
   if python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     python3 -m compileall -q -j 0 "$DIR/root.tmp/usr/lib/python3.11" >/dev/null 2>&1 || true
   fi
+  # qemu's -L looks every absolute path up in the root first and falls back to the host only when it is
+  # not there -- directories included, so the root's empty /tmp, /run, /sys and its /dev would hide the
+  # host's from the guest (listing /tmp shows nothing; /dev/shm is missing). Remove them.
+  rm -rf "$DIR/root.tmp/dev" "$DIR/root.tmp/sys" "$DIR/root.tmp/tmp" "$DIR/root.tmp/run"
   echo "$ROOT_KEY" >"$DIR/root.tmp/.ltsedge-key"
   rm -rf "$DIR/root"
   mv "$DIR/root.tmp" "$DIR/root"
   log "arm64 root: built ($(elapsed "$t"))"
 fi
 
+# --- 2b. an ARM /proc/cpuinfo ------------------------------------------------------------------------
+# Under qemu-user the guest reads the host's /proc/cpuinfo: an x86 CPU. onnxruntime's cpuinfo then warns
+# "Unknown CPU vendor" on stderr at every import, and ltsedge's fingerprint names the x86 host. What a
+# Raspberry Pi 4 kernel shows (Cortex-A72 cores; as many as the host has, so thread counts agree), and a
+# device-tree board name that says what this really is, make the guest look like the board it stands
+# for. Cost: /proc is then the root's folder, so *listing* /proc finds only these (psutil.pids() and
+# process_iter() see no processes); opening /proc/<pid>/... and /proc/self/... still reaches the host.
+identity_file() {  # identity_file PATH: stdin -> PATH, replaced atomically and only when it changed
+  mkdir -p "$(dirname "$1")"
+  cat >"$1.new"
+  if cmp -s "$1.new" "$1"; then rm -f "$1.new"; else mv "$1.new" "$1"; fi
+}
+NCPU=$(nproc)
+for ((i = 0; i < NCPU; i++)); do
+  printf 'processor\t: %d\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\nCPU implementer\t: 0x41\n' "$i"
+  printf 'CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd08\nCPU revision\t: 3\n\n'
+done | identity_file "$DIR/root/proc/cpuinfo"
+printf 'QEMU user-mode aarch64 emulation (ltsedge ci/arm64)\0' | identity_file "$DIR/root/proc/device-tree/model"
+
 # --- 3. aarch64 wheels -----------------------------------------------------------------------------
-SITE_KEY=$(hash_of "${SPECS[@]}" -- "${NODEPS_SPECS[@]}" -- "${PY_TAGS[@]}" v1)
+SITE_KEY=$(hash_of "${SPECS[@]}" -- "${NODEPS_SPECS[@]}" -- "${PY_TAGS[@]}" v2)
 if [ "$FORCE" = 0 ] && [ "$(cat "$DIR/wheels/.ltsedge-key" 2>/dev/null)" = "$SITE_KEY" ]; then
   log "wheels: cached ($(find "$DIR/wheels" -name '*.whl' | wc -l) files)"
 else
@@ -156,11 +187,14 @@ else
   # pip install --target (not unzip) so *.data/ folders land where they belong and stale wheels left in
   # the folder from earlier pins are not installed; --no-index keeps it offline.
   install() {
-    python3 -m pip install -q --disable-pip-version-check --no-index --find-links "$DIR/wheels" --no-compile \
+    # --no-warn-conflicts: pip would compare the target with the *host's* installed packages
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-warn-conflicts \
+      --no-index --find-links "$DIR/wheels" --no-compile --upgrade \
       --target "$DIR/site.tmp" "${PY_TAGS[@]}" "$@" 2>&1 | quiet_pip
   }
   install "${SPECS[@]}" || die "pip install --target failed for: ${SPECS[*]}"
   install --no-deps "${NODEPS_SPECS[@]}" || die "pip install --target failed for: ${NODEPS_SPECS[*]}"
+  rm -rf "$DIR/site.tmp/bin"  # console scripts with the host's python in their #! line: of no use here
   if python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     python3 -m compileall -q -j 0 "$DIR/site.tmp" >/dev/null 2>&1 || true
   fi
@@ -177,9 +211,11 @@ cat >"$DIR/python.tmp" <<EOF
 #!/bin/sh
 # aarch64 python3.11 under qemu-user; generated by ltsedge ci/arm64/build-env.sh.
 # -0 makes the guest's argv[0] (hence sys.executable) this script, so child processes re-enter qemu.
+# The site folder goes after the caller's PYTHONPATH, as site-packages would (so a checkout or a test
+# override wins), and only once (a child inherits the parent's PYTHONPATH).
 case ":\${PYTHONPATH:-}:" in
   *":$DIR/site:"*) ;;
-  *) PYTHONPATH="$DIR/site\${PYTHONPATH:+:\$PYTHONPATH}" ;;
+  *) PYTHONPATH="\${PYTHONPATH:+\$PYTHONPATH:}$DIR/site" ;;
 esac
 PYTHONNOUSERSITE=1  # the host's ~/.local would otherwise be visible through qemu's -L fallback
 export PYTHONPATH PYTHONNOUSERSITE

@@ -16,19 +16,28 @@ from ltsedge.errors import LtsedgeError
 
 MIN_OPSET = 17  # LayerNormalization is an ONNX operator from opset 17 on
 
-# onnxruntime minor release -> (newest ONNX opset it implements, newest IR version it loads),
-# from onnxruntime's docs/Versioning.md release matrix.
+# onnxruntime minor release -> (newest ONNX opset its kernels cover, newest IR version it loads).
+# Verified by loading probe models (and ltsedge's own graphs) in the latest patch of each release:
+# 1.15 accepts opset 19 on load but lacks Identity-19/Shape-19 kernels, so 18; 1.22 refuses IR 11.
 ORT_RELEASES: dict[tuple[int, int], tuple[int, int]] = {
     (1, 14): (18, 8),
-    (1, 15): (19, 9),
+    (1, 15): (18, 9),
     (1, 16): (19, 9),
     (1, 17): (20, 9),
     (1, 18): (21, 10),
     (1, 19): (21, 10),
     (1, 20): (21, 10),
     (1, 21): (22, 10),
-    (1, 22): (22, 11),
+    (1, 22): (22, 10),
     (1, 23): (23, 11),
+    (1, 24): (25, 13),
+    (1, 25): (26, 13),
+    (1, 26): (26, 13),
+    (1, 27): (26, 13),
+    (1, 28): (26, 13),
+    (1, 29): (26, 13),
+    (1, 30): (26, 13),
+    (1, 31): (26, 13),
 }
 
 

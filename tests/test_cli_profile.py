@@ -1,0 +1,88 @@
+"""`ltsedge profile` and `ltsedge devices` as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FAST_DEVICE = """
+name = "fast"
+description = "cpu, few short runs"
+[workload]
+sequence = 16
+[repeats]
+warmup = 1
+min_runs = 3
+max_runs = 5
+max_seconds = 1.0
+tolerance = 0.1
+drift_check_every = 0
+"""
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+@pytest.fixture
+def device(tmp_path):
+    path = tmp_path / "fast.toml"
+    path.write_text(FAST_DEVICE)
+    return path
+
+
+def test_profile_json_of_an_architecture_then_from_the_store(tmp_path, arch_file, device):
+    args = ["profile", arch_file(), "--device", device, "--json", "--store", tmp_path / "s.sqlite"]
+    first = run(*args)
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    for key in ("latency_ms", "latency_p90_ms", "latency_cv", "peak_memory_mb", "weights_mb", "device", "fingerprint"):
+        assert result[key] is not None, key
+    assert result["ok"] and result["device"] == "fast" and result["cached"] is False
+    assert result["latency_p90_ms"] >= result["latency_ms"] > 0 and result["peak_memory_mb"] > 0
+    assert result["decoder_params"] == 75_328
+    assert result["fingerprint"]["logical_cores"] >= 1
+    second = json.loads(run(*args).stdout)
+    assert second["cached"] is True and second["latency_ms"] == result["latency_ms"]
+    third = json.loads(run(*args, "--fresh").stdout)
+    assert third["cached"] is False
+
+
+def test_profile_of_an_onnx_file_prints_a_table(tmp_path, arch_file, device):
+    model = tmp_path / "m.onnx"
+    assert run("export", arch_file(), "-o", model).returncode == 0
+    proc = run("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    assert "latency (median)" in proc.stdout and "peak memory" in proc.stdout
+
+
+def test_a_model_that_cannot_be_measured_exits_1_with_its_reason(tmp_path, device):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07 definitely not a model")
+    proc = run("profile", broken, "--device", device, "--json", "--store", tmp_path / "s.sqlite")
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["ok"] is False and "failed to load" in result["error"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "toaster"], "toaster"),
+    (["--shape", "input_ids=1xQ"], "--shape"),
+])
+def test_bad_profile_input_exits_2(tmp_path, arch_file, args, message):
+    proc = run("profile", arch_file(), "--store", tmp_path / "s.sqlite", *args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_missing_model_exits_2(tmp_path):
+    proc = run("profile", tmp_path / "nope.onnx", "--store", tmp_path / "s.sqlite")
+    assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_devices_lists_the_builtin_profiles():
+    out = run("devices").stdout
+    assert {line.split()[0] for line in out.splitlines()} >= {"cpu", "arm64", "cuda"}
