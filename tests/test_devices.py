@@ -107,7 +107,8 @@ def test_replace_validates():
 def test_strict_doubles_the_effort():
     cpu = load_profile("cpu")
     s = strict(cpu)
-    assert (s.tolerance, s.min_runs, s.max_runs, s.max_seconds) == (0.01, 10, 100, 60.0)
+    assert (s.tolerance, s.min_runs, s.max_runs, s.max_seconds) == (
+        cpu.tolerance / 2, 2 * cpu.min_runs, 2 * cpu.max_runs, 2 * cpu.max_seconds)
     assert s.settings_hash() != cpu.settings_hash() and s.sequence == cpu.sequence
     odd = strict(cpu.replace(min_runs=30, max_runs=30))
     assert odd.max_runs >= odd.min_runs == 60

@@ -29,7 +29,7 @@ from ltsedge.files import read_text
 # Profile settings that change what is measured (the repeat policy only changes how precisely).
 WORKLOAD_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                      "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
-                     "batch", "sequence")
+                     "allow_spinning", "batch", "sequence")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ EXECUTION_MODES = ("sequential", "parallel")
 # TOML table -> the fields it holds. Top-level keys: name, description.
 TABLES: dict[str, tuple[str, ...]] = {
     "runtime": ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
-                "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern"),
+                "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
+                "allow_spinning"),
     "workload": ("batch", "sequence"),
     "repeats": ("warmup", "min_runs", "max_runs", "max_seconds", "tolerance", "drift_check_every"),
     "limits": ("timeout_s", "memory_limit_mb"),
@@ -43,7 +44,7 @@ TOP_LEVEL = ("name", "description")
 # target (an exported model's bytes already identify its opset).
 SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
             "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
-            "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
+            "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
 
 # Where to get an execution provider that this onnxruntime lacks.
 INSTALL_HINTS = {
@@ -70,6 +71,7 @@ class DeviceProfile:
     execution_mode: str = "sequential"  # sequential | parallel
     enable_cpu_mem_arena: bool = True
     enable_mem_pattern: bool = True
+    allow_spinning: bool = True  # idle intra-op threads busy-wait (onnxruntime's default)
     # [workload]: one forward pass of batch x sequence tokens (LiteTransformerSearch protocol)
     batch: int = 1
     sequence: int = 192

@@ -40,18 +40,20 @@ class ExportedModel:
     def to_bytes(self) -> bytes:
         return b"".join(self.parts)
 
-    def save(self, path: str | Path) -> str:
-        """Write the file (atomically: never a half-written model under the final name); return its sha256."""
+    def save(self, path: str | Path, *, digest: bool = True) -> str | None:
+        """Write the file (atomically: never a half-written model under the final name); return its
+        sha256, computed from the very bytes written (``digest=False`` skips it for scratch files)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".partial")
-        digest = hashlib.sha256()
+        sha = hashlib.sha256() if digest else None
         with open(tmp, "wb") as f:
             for part in self.parts:
-                digest.update(part)
+                if sha:
+                    sha.update(part)
                 f.write(part)
         tmp.replace(path)
-        return digest.hexdigest()
+        return sha.hexdigest() if sha else None
 
 
 def weight_seed(arch: Architecture) -> int:

@@ -126,6 +126,9 @@ def session_options(run: dict):
     so.execution_mode = modes[run["execution_mode"]]
     so.enable_cpu_mem_arena = run["enable_cpu_mem_arena"]
     so.enable_mem_pattern = run["enable_mem_pattern"]
+    spin = "1" if run.get("allow_spinning", True) else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     so.log_severity_level = 3  # errors only: warnings would fill the worker's log
     return so
 

@@ -127,7 +127,7 @@ class CandidateEvaluator:
             for arch in archs:
                 t = time.perf_counter()
                 path = self.work_dir / f"{arch.id}.onnx"
-                export_model(arch, target_ort=self.target_ort).save(path)
+                export_model(arch, target_ort=self.target_ort).save(path, digest=False)
                 paths.append(path)
                 self.stats.export_seconds += time.perf_counter() - t
             measurements = self.runner.measure_many(paths, on_result=lambda i, m: self._keep(archs[i], m))

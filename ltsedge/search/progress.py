@@ -22,6 +22,7 @@ class SearchProgress:
             TextColumn("[bold]{task.fields[phase]}[/]"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
             console=console or Console(stderr=True), transient=False,
+            auto_refresh=False,  # no refresh thread: nothing of ours may use the CPU while a model is timed
         )
         self.task = self.progress.add_task("search", total=total_generations * population, phase="gen 1",
                                            status="", eta="?")
@@ -66,6 +67,7 @@ class SearchProgress:
             phase = self.phase_name
         self.progress.update(self.task, phase=phase, eta=eta,
                              status=f"{counts} · front {self.front_size} · HV {self.hypervolume:.3f}")
+        self.progress.refresh()
 
 
 def _clock(seconds: float) -> str:

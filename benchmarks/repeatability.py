@@ -1,0 +1,86 @@
+"""Are measurements repeatable? 20 architectures spread over the default space, measured in two runs.
+
+Each run is a separate measuring worker (a fresh process) going through all 20 models; the second run
+goes through them in reverse order, so drift and order effects are not hidden. Prints, for latency and
+for peak memory, the Spearman rank correlation between the runs and the median relative difference.
+Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 MB.
+
+    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ltsedge.devices import load_profile
+from ltsedge.exporters import export_model
+from ltsedge.proxy import count_params
+from ltsedge.runners import Runner
+from ltsedge.space import SearchSpace
+
+
+def spread_sample(n: int, seed: int = 0):
+    """n architectures at evenly spaced quantiles of decoder parameters in a large uniform sample."""
+    pool = sorted(SearchSpace().sample(2000, seed=seed), key=lambda a: count_params(a).decoder_params)
+    return [pool[round(i * (len(pool) - 1) / (n - 1))] for i in range(n)]
+
+
+def spearman(a, b) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def measure_all(archs, profile, tmp: Path, order) -> dict:
+    out = {}
+    with Runner(profile, log=lambda m: print("   ", m)) as runner:
+        for i in order:
+            path = tmp / f"{archs[i].id}.onnx"
+            export_model(archs[i]).save(path)
+            m = runner.measure(path)
+            path.unlink()
+            out[i] = m
+            status = f"{m.latency_ms:8.1f} ms {m.peak_memory_mb:7.1f} MB" if m.ok else m.error
+            print(f"  {archs[i].id:<28} {status}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=20)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sequence", type=int, default=None)
+    args = parser.parse_args()
+    profile = load_profile(args.device)
+    if args.sequence:
+        profile = profile.replace(sequence=args.sequence)
+    archs = spread_sample(args.models)
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        print("run 1")
+        first = measure_all(archs, profile, Path(tmp), range(len(archs)))
+        print("run 2 (reverse order, new worker)")
+        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))))
+    ok = [i for i in range(len(archs)) if first[i].ok and second[i].ok]
+    print(f"\n{len(ok)} of {len(archs)} models measured in both runs; {time.time() - started:.0f} s; "
+          f"{profile.name}, sequence {profile.sequence}")
+    for name, attr in (("latency", "latency_ms"), ("peak memory", "peak_memory_mb")):
+        a = [getattr(first[i], attr) for i in ok]
+        b = [getattr(second[i], attr) for i in ok]
+        rel = [abs(x - y) / ((x + y) / 2) for x, y in zip(a, b)]
+        absolute = [abs(x - y) for x, y in zip(a, b)]
+        line = (f"{name:<12} Spearman {spearman(a, b):.4f}  median relative difference {statistics.median(rel):.2%}"
+                f"  max {max(rel):.2%}")
+        if attr == "peak_memory_mb":
+            within = sum(r <= 0.02 or d <= 2.0 for r, d in zip(rel, absolute))
+            line += f"  within 2% or 2 MB: {within}/{len(ok)}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
