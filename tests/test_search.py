@@ -203,3 +203,11 @@ def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
 def test_bad_search_input(tmp_path, args, message):
     proc = run_cli("search", "--preset", "smoke", "--out", tmp_path / "o", "--store", tmp_path / "s.sqlite", *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_progress_display_and_summary(tmp_path):
+    proc = run_cli("search", "--preset", "smoke", "--generations", 1, "--out", tmp_path / "o",
+                   "--store", tmp_path / "s.sqlite", "--no-baseline", env={"COLUMNS": "160"})
+    assert proc.returncode == 0, proc.stderr
+    assert "measured" in proc.stderr and "front" in proc.stderr and "HV" in proc.stderr
+    assert "Pareto frontier" in proc.stdout and "ltsedge search done" in proc.stdout
