@@ -17,7 +17,6 @@ class SearchProgress:
         self.front_size = 0
         self.hypervolume = 0.0
         self.started = time.time()
-        self.phase_name = "search"
         self.progress = Progress(
             TextColumn("[bold]{task.fields[phase]}[/]"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
@@ -51,10 +50,6 @@ class SearchProgress:
         self.progress.update(self.task, completed=generation * self.population)
         self._refresh()
 
-    def phase(self, name: str) -> None:
-        self.phase_name = name
-        self._refresh()
-
     def _refresh(self) -> None:
         s = self.stats
         counts = f"measured {s.measured} · cached {s.cached} · failed {s.failed}" if s else ""
@@ -63,8 +58,6 @@ class SearchProgress:
         elapsed = time.time() - self.started
         eta = "?" if done == 0 else _clock(elapsed / done * (total - done))
         phase = f"gen {min(self.generation + 1, self.total_generations)}/{self.total_generations}"
-        if self.phase_name != "search":
-            phase = self.phase_name
         self.progress.update(self.task, phase=phase, eta=eta,
                              status=f"{counts} · front {self.front_size} · HV {self.hypervolume:.3f}")
         self.progress.refresh()

@@ -108,18 +108,19 @@ class SearchRun:
                 self.progress.start()
             try:
                 self._evolve(algorithm, evaluator, started)
-                baseline = self._baseline(evaluator)
             except KeyboardInterrupt:
                 interrupted = True
-                baseline = []
                 self.log("interrupted: writing the frontier found so far (Ctrl-C again to stop at once)")
         candidates = [c for c in evaluator.seen.values() if c.generation >= 0]
         front = pareto_front(candidates, self.settings.budgets)
         if self.progress:
             self.progress.stop()
+        # The frontier and the baseline are measured back to back, with the same strict policy, so
+        # their comparison is not a comparison of two moments of a machine whose speed drifts.
         with self.runner_factory(strict(self.profile), log=self.log) as strict_runner:
             published = publish(front, strict_runner, self.out_dir / "models", self.settings.budgets,
                                  self.settings.target_ort, log=self.log)
+            baseline = [] if interrupted else self._baseline(strict_runner, work_dir)
         comparison = compare(baseline, [p.candidate for p in published])
         shutil.rmtree(work_dir, ignore_errors=True)
         summary = self._summary(evaluator, published, started, interrupted)
@@ -175,12 +176,13 @@ class SearchRun:
         return Architecture(n_layer=n, d_model=d, n_head=[sp.n_head[0]] * n, d_inner=[max(sp.d_inner)] * n,
                             vocab_size=sp.vocab_size, n_positions=sp.n_positions)
 
-    def _baseline(self, evaluator: CandidateEvaluator) -> list[Candidate]:
+    def _baseline(self, strict_runner: Runner, work_dir: Path) -> list[Candidate]:
         spec = self.settings.baseline
         if spec is None:
             return []
-        if self.progress:
-            self.progress.phase("baseline")
+        # fresh: a stored figure would be from another moment than the frontier's re-measurement
+        evaluator = CandidateEvaluator(strict(self.profile), strict_runner, self.store, work_dir, Budgets(),
+                                       target_ort=self.settings.target_ort, fresh=True)
         archs = spec.architectures(self.settings.space.vocab_size, self.settings.space.n_positions)
         return evaluator.evaluate(archs, generation=-1)
 
