@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,17 @@ def read_text(path: str | Path, what: str) -> str:
         raise LtsedgeError(f"{what} not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise LtsedgeError(f"cannot read {what} {path}: {e}") from None
+
+
+def sha256_of(path: str | Path, what: str = "model") -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise LtsedgeError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    return digest.hexdigest()
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:

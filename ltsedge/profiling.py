@@ -18,7 +18,7 @@ from ltsedge.exporters.compat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
 from ltsedge.search.evaluate import WEIGHTS_SCHEME
-from ltsedge.search.frontier import sha256_of
+from ltsedge.files import sha256_of
 from ltsedge.store import MeasurementStore, arch_key, file_key
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from ltsedge.exporters import architecture_of
 from ltsedge.search.api import SearchOptions, resolve
-from ltsedge.search.frontier import sha256_of
+from ltsedge.files import sha256_of
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
 

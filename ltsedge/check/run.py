@@ -8,7 +8,6 @@ out) is a failure of the gate, reported per model, never raised.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -23,6 +22,7 @@ from ltsedge.check.verdict import Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import sha256_of
 from ltsedge.runners import Measurement, Runner
 from ltsedge.runners.inputs import resolve_shape
 
@@ -126,13 +126,7 @@ def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | 
 def inspect_model(path: Path) -> ModelInfo:
     """sha256, ltsedge architecture id and declared inputs; a file onnx cannot parse gets None for
     the last two (onnxruntime then reports why it does not load)."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as e:
-        raise LtsedgeError(f"cannot read model {path}: {e.strerror or e}") from None
+    sha256 = sha256_of(path)
     try:
         import onnx
 
@@ -140,7 +134,7 @@ def inspect_model(path: Path) -> ModelInfo:
 
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:  # noqa: BLE001 - not parseable here; the runner reports the load failure
-        return ModelInfo(digest.hexdigest(), None, None)
+        return ModelInfo(sha256, None, None)
     initializers = {t.name for t in proto.graph.initializer}
     inputs = {}
     for vi in proto.graph.input:
@@ -149,7 +143,7 @@ def inspect_model(path: Path) -> ModelInfo:
         tensor = vi.type.tensor_type
         inputs[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
                            if tensor.HasField("shape") else None)
-    return ModelInfo(digest.hexdigest(), read_metadata(proto).get("id"), inputs)
+    return ModelInfo(sha256, read_metadata(proto).get("id"), inputs)
 
 
 def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], profile: DeviceProfile

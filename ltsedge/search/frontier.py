@@ -7,7 +7,6 @@ checks every kept file's sha256 against the one recorded when it was measured.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from pymoo.indicators.hv import HV
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import sha256_of
 from ltsedge.exporters import export_model
 from ltsedge.runners import Runner
 from ltsedge.search.evaluate import Candidate
@@ -99,14 +99,6 @@ def publish(front: list[Candidate], runner: Runner, models_dir: Path, budgets: B
     for p in published:
         verify_sha256(p.path, p.sha256)
     return sorted(published, key=lambda p: p.candidate.params.decoder_params)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify_sha256(path: Path, expected: str) -> None:
