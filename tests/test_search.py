@@ -171,6 +171,8 @@ def test_changed_settings_refuse_to_resume_unless_restart(tmp_path):
     changed = run_cli(*base, "--seed", 9)
     assert changed.returncode == 2 and "different settings" in changed.stderr and "Traceback" not in changed.stderr
     assert run_cli(*base, "--seed", 9, "--restart").returncode == 0
+    shipped = sorted(p.name for p in (out / "models").iterdir())  # no model of the discarded search left
+    assert shipped == sorted(Path(m["onnx"]).name for m in json.loads((out / "frontier.json").read_text())["models"])
 
 
 def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):

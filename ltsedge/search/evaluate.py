@@ -112,7 +112,7 @@ class CandidateEvaluator:
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)
-        out_of_budget = {k: v for k, v in self.budgets.violations(params.decoder_params, None, None).items()}
+        out_of_budget = self.budgets.violations(params.decoder_params, None, None)
         if out_of_budget:
             reason = "skipped: decoder parameters outside the budget (" + ", ".join(out_of_budget) + ")"
             return Candidate(arch, params, {"ok": False, "error": reason}, "skipped", generation)

@@ -78,6 +78,8 @@ def publish(front: list[Candidate], runner: Runner, models_dir: Path, budgets: B
             target_ort: str | None = None, log=print) -> list[PublishedModel]:
     """Write, re-measure and verify the frontier models; return the front recomputed on the new figures."""
     models_dir.mkdir(parents=True, exist_ok=True)
+    for stale in models_dir.glob("*.onnx"):  # an earlier (restarted or interrupted) search's models
+        stale.unlink()
     written = []
     for c in front:
         path = models_dir / f"{c.arch.id}.onnx"
