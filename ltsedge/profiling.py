@@ -11,15 +11,14 @@ from pathlib import Path
 
 from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, load_profile
-from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of, export_model
 from ltsedge.exporters.compat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
-from ltsedge.search.evaluate import WEIGHTS_SCHEME
+from ltsedge.search.evaluate import candidate_model_key, measurement_key
 from ltsedge.files import sha256_of
-from ltsedge.store import MeasurementStore, arch_key, file_key
+from ltsedge.store import MeasurementStore, file_key
 
 
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
@@ -35,15 +34,14 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
         if path.suffix.lower() == ".json":
             arch = Architecture.load(path)
-            target = target_for(target_ort)
-            key = arch_key(arch.id, {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME})
+            key = candidate_model_key(arch, target_for(target_ort))
             onnx_path = None
         else:
             arch = _architecture_or_none(path)
             key = file_key(sha256_of(path))
             onnx_path = path
         fingerprint = runner.fingerprint()
-        store_key = (key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
+        store_key = measurement_key(key, fingerprint, profile)
         measurement = None if fresh else store.get(*store_key)
         cached = measurement is not None
         if measurement is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +18,7 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.exporters import export_model
-from ltsedge.exporters.compat import target_for
+from ltsedge.exporters.compat import OnnxTarget, target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Runner
 from ltsedge.search.problem import Budgets
@@ -67,10 +67,19 @@ class EvaluationStats:
     load_seconds: float = 0.0
     inference_seconds: float = 0.0
     evaluate_seconds: float = 0.0
-    history: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "history"}
+        return asdict(self)
+
+
+def candidate_model_key(arch: Architecture, target: OnnxTarget) -> str:
+    """Store key of an exported candidate: its id and everything that decides the exported bytes."""
+    return arch_key(arch.id, {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME})
+
+
+def measurement_key(model_key: str, fingerprint: dict, profile: DeviceProfile) -> tuple:
+    """The store's full key: model, machine, measurement settings, onnxruntime version."""
+    return (model_key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
 
 
 class CandidateEvaluator:
@@ -84,12 +93,9 @@ class CandidateEvaluator:
         self.seen: dict[str, Candidate] = {}
         self.stats = EvaluationStats()
         self.fingerprint = runner.fingerprint()
-        self.fingerprint_hash = fingerprint_hash(self.fingerprint)
 
     def store_key(self, arch: Architecture) -> tuple:
-        export = {"opset": self.target.opset, "ir": self.target.ir_version, "weights": WEIGHTS_SCHEME}
-        return (arch_key(arch.id, export), self.fingerprint_hash, self.profile.settings_hash(),
-                self.fingerprint.get("onnxruntime", ""))
+        return measurement_key(candidate_model_key(arch, self.target), self.fingerprint, self.profile)
 
     def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         """Candidates for ``archs`` in order; each distinct architecture is measured at most once."""

@@ -159,7 +159,8 @@ class SearchRun:
     def _record_generation(self, evaluator: CandidateEvaluator) -> None:
         candidates = [c for c in evaluator.seen.values() if c.generation >= 0]
         if self.hv_scale is None:  # fixed after the first generation, so hypervolumes compare
-            max_params = count_params(self._largest_architecture()).decoder_params
+            space = self.settings.space
+            max_params = count_params(space.decode(space.upper_bounds)).decoder_params  # the space's largest
             self.hv_scale = HypervolumeScale.from_candidates(candidates, max_params)
         front = pareto_front(candidates, self.settings.budgets)
         s = evaluator.stats
@@ -168,13 +169,6 @@ class SearchRun:
                                 "cached": s.cached, "failed": s.failed})
         if self.progress:
             self.progress.generation_done(self.generation, self.hv_history[-1])
-
-    def _largest_architecture(self) -> Architecture:
-        sp = self.settings.space
-        d = max(sp.d_model)
-        n = max(sp.n_layer)
-        return Architecture(n_layer=n, d_model=d, n_head=[sp.n_head[0]] * n, d_inner=[max(sp.d_inner)] * n,
-                            vocab_size=sp.vocab_size, n_positions=sp.n_positions)
 
     def _baseline(self, strict_runner: Runner, work_dir: Path) -> list[Candidate]:
         spec = self.settings.baseline
