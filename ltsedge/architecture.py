@@ -16,6 +16,7 @@ from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_text
+from ltsedge.validate import is_int, reject_unknown
 
 BACKBONES = ("gpt2",)
 DEFAULT_VOCAB_SIZE = 50257
@@ -97,10 +98,7 @@ class Architecture:
     def from_dict(cls, data: Any) -> Architecture:
         if not isinstance(data, dict):
             raise LtsedgeError(f"an architecture must be a JSON object, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise LtsedgeError(f"unknown architecture field {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        reject_unknown("architecture field", data, (f.name for f in dataclasses.fields(cls)))
         missing = [k for k in ("n_layer", "d_model", "n_head", "d_inner") if k not in data]
         if missing:
             raise LtsedgeError(f"architecture field {missing[0]!r} is missing")
@@ -122,18 +120,14 @@ class Architecture:
         return cls.from_json(read_text(path, "architecture file"), source=str(path))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"architecture field {name!r} = {value!r} must be a list of integers")
     return tuple(value)
 
 
 def _check_int(name: str, value: Any, low: int, what: str = "") -> None:
-    if not _is_int(value) or value < low:
+    if not is_int(value) or value < low:
         allowed = what or f"an integer >= {low}"
         raise LtsedgeError(f"architecture field {name!r} = {value!r} is invalid: must be {allowed}")
 

@@ -15,6 +15,7 @@ import typer
 
 from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import parse_shape_options
 
 app = typer.Typer(
     add_completion=False,
@@ -23,10 +24,6 @@ app = typer.Typer(
     help="Find small Transformer language models that fit a device: decoder-parameter proxy, "
     "latency and memory measured with onnxruntime on the device, Pareto frontier of deployable ONNX models.",
 )
-
-
-def fail(message: str) -> None:
-    raise LtsedgeError(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,7 +123,7 @@ def profile(
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
-    result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shapes(shape),
+    result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
                            target_ort=target_ort)
     if as_json:
         typer.echo(json.dumps(result, default=str))
@@ -134,21 +131,6 @@ def profile(
         _print_profile(result)
     if not result["ok"]:  # the model could not be measured (crash, timeout, load failure): say so in the exit code
         raise typer.Exit(1)
-
-
-def parse_shapes(items: list[str]) -> dict[str, list[int]]:
-    shapes = {}
-    for item in items:
-        name, sep, dims = item.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.lower().split("x")]
-            if any(d < 1 for d in shapes[name]):
-                raise ValueError
-        except ValueError:
-            raise LtsedgeError(f"--shape {item!r} is not NAME=DIMxDIM... with positive integers (e.g. input_ids=1x192)") from None
-    return shapes
 
 
 def _print_profile(r: dict) -> None:
@@ -243,7 +225,7 @@ def check(
     from ltsedge.check import run_check
 
     report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
-                       budgets_file=budgets, shapes=parse_shapes(shape), against=against,
+                       budgets_file=budgets, shapes=parse_shape_options(shape), against=against,
                        max_regression=max_regression, force=force)
     if as_json:
         typer.echo(json.dumps(report.to_json(), default=str))

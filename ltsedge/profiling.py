@@ -13,12 +13,12 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of, export_model
-from ltsedge.exporters.compat import target_for
+from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
-from ltsedge.search.evaluate import candidate_model_key, measurement_key
+from ltsedge.keys import candidate_model_key, file_key, measurement_key
 from ltsedge.files import sha256_of
-from ltsedge.store import MeasurementStore, file_key
+from ltsedge.store import MeasurementStore
 
 
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,

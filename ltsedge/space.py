@@ -24,6 +24,7 @@ import numpy as np
 from ltsedge.architecture import DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
+from ltsedge.validate import is_int, reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
 
@@ -168,10 +169,10 @@ class SearchSpace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> SearchSpace:
-        known = {f.name for f in fields(cls)} - {"source"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise LtsedgeError(f"{source}: unknown search-space key {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        try:
+            reject_unknown("search-space key", data, (f.name for f in fields(cls) if f.name != "source"))
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{source}: {e}") from None
         values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS else _parse_scalar(k, v, source)
                   for k, v in data.items()}
         try:
@@ -202,10 +203,10 @@ def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
         if extra or not {"min", "max"} <= set(value):
             raise LtsedgeError(f"{source}: {key} range must be {{min = .., max = .., step = ..}}, got {value}")
         lo, hi, step = value["min"], value["max"], value.get("step", 1)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi, step)) or step < 1 or lo > hi:
+        if not all(is_int(v) for v in (lo, hi, step)) or step < 1 or lo > hi:
             raise LtsedgeError(f"{source}: {key} range {value} is invalid: integers with min <= max and step >= 1")
         value = list(range(lo, hi + 1, step))
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
     if key != "cutoffs" and (not value or min(value) < 1):
         raise LtsedgeError(f"{source}: {key} = {value} is invalid: choices must be integers >= 1")

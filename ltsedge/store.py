@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import sys
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from typing import Any, Iterator
 
 from ltsedge import __version__
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import reject_unknown
 
 ENV_VAR = "LTSEDGE_STORE"
 FILENAME = "measurements.sqlite"
@@ -85,39 +85,6 @@ def _cache_dir() -> Path:
         # The XDG spec says relative values are invalid and must be ignored.
         base = xdg if os.path.isabs(xdg) else Path.home() / ".cache"
     return Path(base) / "ltsedge"
-
-
-def arch_key(arch_id: str, export: dict[str, Any]) -> str:
-    """Model key of an exported architecture, e.g. ``arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17``.
-
-    Export settings are sorted by name, so the same settings always give the same key.
-    """
-    _check_part("architecture id", arch_id)
-    if not isinstance(export, dict):
-        raise LtsedgeError(f"export settings must be a dict, got {type(export).__name__}")
-    parts = [f"arch:{arch_id}"]
-    for name in sorted(export):
-        value = export[name]
-        if not isinstance(value, (str, int, float, bool)) and value is not None:
-            raise LtsedgeError(f"export setting {name!r} = {value!r} must be a string, number, bool or null")
-        text = value if isinstance(value, str) else json.dumps(value)
-        _check_part("export setting name", name)
-        _check_part(f"export setting {name!r}", text)
-        parts.append(f"{name}={text}")
-    return ":".join(parts)
-
-
-def file_key(sha256: str) -> str:
-    """Model key of an ONNX file given by content: ``sha256:<64 hex digits>``."""
-    if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
-        raise LtsedgeError(f"file hash {sha256!r} is not a SHA-256 hex digest (64 hex digits)")
-    return f"sha256:{sha256.lower()}"
-
-
-def _check_part(what: str, value: Any) -> None:
-    # ':' separates the parts of a key and '=' a setting from its value, so they'd make keys ambiguous.
-    if not isinstance(value, str) or not value or ":" in value or "=" in value:
-        raise LtsedgeError(f"{what} {value!r} must be a non-empty string without ':' or '='")
 
 
 class MeasurementStore:
@@ -190,9 +157,7 @@ class MeasurementStore:
 
     def rows(self, **filters: Any) -> list[dict[str, Any]]:
         """All rows matching the column filters (e.g. ``ok=False``), oldest first, JSON columns decoded."""
-        unknown = sorted(set(filters) - set(FILTER_COLUMNS))
-        if unknown:
-            raise LtsedgeError(f"unknown store filter {unknown[0]!r} (allowed: {', '.join(FILTER_COLUMNS)})")
+        reject_unknown("store filter", filters, FILTER_COLUMNS, sort_known=False)
         where = " AND ".join(f"{c} = ?" for c in filters) or "1"
         with _sqlite_errors(self.path):
             cursor = self._db.execute(

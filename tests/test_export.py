@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 import ltsedge
 from ltsedge.exporters import architecture_of, export_model, read_metadata, weight_seed
-from ltsedge.exporters.compat import local_target
+from ltsedge.ortcompat import local_target
 from ltsedge.exporters.graph import build_graph
 from ltsedge.models.gpt2 import build_model
 from ltsedge.proxy import count_params

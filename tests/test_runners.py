@@ -18,12 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 from ltsedge.architecture import Architecture
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.serialize import serialize_with_weights
+from ltsedge.wire import serialize_with_weights
 from ltsedge.runners import Measurement, Runner, make_inputs, measure
 from ltsedge.runners import policy, stats
 from ltsedge.runners.process import death_reason
 from ltsedge.runners.reference import reference_model
-from ltsedge.runners.weights import weights_mb
+from ltsedge.wire import weights_mb
 from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV
 
 LINUX = sys.platform.startswith("linux")

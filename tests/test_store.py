@@ -12,7 +12,8 @@ import pytest
 
 from ltsedge import __version__, store
 from ltsedge.errors import LtsedgeError
-from ltsedge.store import MeasurementStore, arch_key, default_store_path, file_key
+from ltsedge.keys import arch_key, file_key
+from ltsedge.store import MeasurementStore, default_store_path
 
 KEY = ("arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17", "fp-1", "set-1", "1.20.1")
 FINGERPRINT = {"cpu": "Cortex-A76", "cores": 4}

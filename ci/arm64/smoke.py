@@ -133,7 +133,7 @@ class Smoke:
         import onnxruntime
 
         import ltsedge
-        from ltsedge.exporters.compat import local_target
+        from ltsedge.ortcompat import local_target
 
         origin = Path(ltsedge.__file__).resolve().parent.parent
         check(origin == REPO, f"imported ltsedge from {origin}, expected the checkout {REPO}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,7 @@ from typing import Any
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - Python 3.10
-    pass
+from ltsedge.validate import is_number, parse_dims, toml_repr
 
 # Budget key -> the metric it bounds.
 BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory"}
@@ -149,7 +144,7 @@ def _model_entry(raw: dict[str, Any], where: str, base: Path) -> ModelEntry:
             raise LtsedgeError(f"{where}: unknown key {key!r} (allowed: {', '.join(MODEL_KEYS)})")
     given = raw.get("path")
     if not isinstance(given, str) or not given.strip():
-        raise LtsedgeError(f"{where}: path = {_repr(given)}: expected the model file's path as a string"
+        raise LtsedgeError(f"{where}: path = {toml_repr(given)}: expected the model file's path as a string"
                            if "path" in raw else f"{where}: missing path = \"...\" (the model file)")
     where = f"{where} ({given})"
     shapes = _shapes(raw.get("shapes", {}), f"{where}: shapes")
@@ -159,7 +154,7 @@ def _model_entry(raw: dict[str, Any], where: str, base: Path) -> ModelEntry:
     budgets: dict[str, dict[str, float]] = {}
     for device, table in budgets_raw.items():
         if not isinstance(table, dict):
-            raise LtsedgeError(f"{where}: budgets.{device} = {_repr(table)} must be a table "
+            raise LtsedgeError(f"{where}: budgets.{device} = {toml_repr(table)} must be a table "
                                f"[model.budgets.{device}] with {' and/or '.join(BUDGET_KEYS)}")
         budgets[device] = {}
         for key, value in table.items():
@@ -176,36 +171,21 @@ def _shapes(raw: Any, where: str) -> dict[str, list[int]]:
         raise LtsedgeError(f"{where} must be a table of input name = \"1x128\" (or [1, 128])")
     shapes = {}
     for name, dims in raw.items():
-        if isinstance(dims, str):
-            try:
-                dims = [int(d) for d in dims.lower().split("x")]
-            except ValueError:
-                dims = None
-        if (not isinstance(dims, list) or not dims
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
-            raise LtsedgeError(f"{where}.{name} = {_repr(raw[name])}: expected positive dimensions, "
-                               f"as \"1x128\" or [1, 128]")
-        shapes[str(name)] = dims
+        try:
+            shapes[str(name)] = parse_dims(dims)
+        except ValueError:
+            raise LtsedgeError(f"{where}.{name} = {toml_repr(dims)}: expected positive dimensions, "
+                               f"as \"1x128\" or [1, 128]") from None
     return shapes
 
 
 def positive(value: Any, what: str) -> float:
     """A finite positive number (a budget), or a one-line error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LtsedgeError(f"{what} = {_repr(value)} has the wrong type: expected a number")
+    if not is_number(value):
+        raise LtsedgeError(f"{what} = {toml_repr(value)} has the wrong type: expected a number")
     if not (math.isfinite(value) and value > 0):
-        raise LtsedgeError(f"{what} = {_repr(value)} is out of range: must be a positive number")
+        raise LtsedgeError(f"{what} = {toml_repr(value)} is out of range: must be a positive number")
     return float(value)
-
-
-def _repr(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
-        return "{...}"
-    return repr(value)
 
 
 # ---------------------------------------------------------------------------------------------

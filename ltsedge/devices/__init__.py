@@ -21,6 +21,8 @@ from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
+from ltsedge.ortcompat import parse_version
+from ltsedge.validate import is_int, is_number, reject_unknown, toml_repr
 
 PROFILE_DIR = Path(__file__).parent
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
@@ -119,10 +121,10 @@ class DeviceProfile:
 
     def replace(self, **changes: Any) -> DeviceProfile:
         """A validated copy with some fields changed, e.g. ``profile.replace(sequence=32)``."""
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise LtsedgeError(f"{self.label}: unknown setting {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        try:
+            reject_unknown("setting", changes, (f.name for f in dataclasses.fields(self)))
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{self.label}: {e}") from None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,7 +198,7 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
             fields[key] = _check_type(key, value, key, where)
         elif key in TABLES:
             if not isinstance(value, dict):
-                raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {_toml_repr(value)}")
+                raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {toml_repr(value)}")
             for sub, sub_value in value.items():
                 if sub not in TABLES[key]:
                     raise LtsedgeError(f"{where}: unknown key {sub!r} in [{key}] (allowed: {', '.join(TABLES[key])})")
@@ -223,8 +225,7 @@ def _has_type(base: str, value: Any) -> bool:
         return isinstance(value, bool)
     if base == "dict":
         return isinstance(value, dict)
-    numbers = (int, float) if base == "float" else (int,)
-    return isinstance(value, numbers) and not isinstance(value, bool)  # True is an int to Python, not to us
+    return is_number(value) if base == "float" else is_int(value)
 
 
 def _check_type(name: str, value: Any, key: str, where: str) -> Any:
@@ -233,31 +234,21 @@ def _check_type(name: str, value: Any, key: str, where: str) -> Any:
     if value is None and optional:
         return None
     if not _has_type(base, value):
-        raise LtsedgeError(f"{where}: {key} = {_toml_repr(value)} has the wrong type: expected {_EXPECTED[base]}")
+        raise LtsedgeError(f"{where}: {key} = {toml_repr(value)} has the wrong type: expected {_EXPECTED[base]}")
     if base == "float":
         return float(value)
     if base == "dict":
         for option, option_value in value.items():
             if not isinstance(option_value, _OPTION_TYPES):
-                raise LtsedgeError(f"{where}: {key}.{option} = {_toml_repr(option_value)} has the wrong type: "
+                raise LtsedgeError(f"{where}: {key}.{option} = {toml_repr(option_value)} has the wrong type: "
                                    f"expected a string, number or boolean")
         return {str(k): v for k, v in value.items()}
     return value
 
 
-def _toml_repr(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, dict):
-        return "{...}"
-    return repr(value)
-
-
 def _check_ranges(p: DeviceProfile) -> None:
     def bad(key: str, rule: str) -> LtsedgeError:
-        return LtsedgeError(f"{p.label}: {key} = {_toml_repr(getattr(p, key))} is out of range: must be {rule}")
+        return LtsedgeError(f"{p.label}: {key} = {toml_repr(getattr(p, key))} is out of range: must be {rule}")
 
     if not p.name.strip():
         raise LtsedgeError("device profile: name must not be empty")
@@ -285,8 +276,6 @@ def _check_ranges(p: DeviceProfile) -> None:
     if p.max_temperature_c is not None and not 20 <= p.max_temperature_c <= 125:
         raise bad("max_temperature_c", "between 20 and 125 degrees Celsius")
     if p.target_ort is not None:
-        from ltsedge.exporters.compat import parse_version
-
         try:
             parse_version(p.target_ort)
         except LtsedgeError as e:

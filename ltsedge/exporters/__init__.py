@@ -18,8 +18,8 @@ from onnx import helper
 import ltsedge
 from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.compat import OnnxTarget, target_for
-from ltsedge.exporters.serialize import serialized_parts
+from ltsedge.ortcompat import OnnxTarget, target_for
+from ltsedge.wire import serialized_parts
 from ltsedge.proxy import count_params
 
 METADATA_PREFIX = "ltsedge."

@@ -5,8 +5,8 @@
 
 Modules: ``runner`` (the Runner, drift check), ``process`` (the worker subprocess seen from the
 parent), ``worker`` (the measuring process itself), ``inputs`` (feeds for any model), ``stats`` (when
-to stop timing), ``policy`` (cool-down and drift rules), ``weights`` (initializer bytes of a file),
-``reference`` (the drift reference model), ``measurement`` (the result).
+to stop timing), ``policy`` (cool-down and drift rules), ``reference`` (the drift reference model),
+``measurement`` (the result). The initializer bytes of a file come from ``ltsedge.wire``.
 """
 
 from ltsedge.runners.inputs import make_inputs

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import is_int
 
 DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -69,7 +70,7 @@ def resolve_shape(name: str, declared: list | None, profile: Any, override: list
     declared = list(declared or [])
     if override is not None:
         override = list(override)
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in override):
+        if not all(is_int(d) and d >= 1 for d in override):
             raise LtsedgeError(f"input {name!r}: shape {override} must be a list of positive integers")
         if declared and len(override) != len(declared):
             raise LtsedgeError(f"input {name!r}: shape {override} has {len(override)} dimensions, "

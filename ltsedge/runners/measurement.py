@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import reject_unknown
 
 
 @dataclass
@@ -43,10 +44,7 @@ class Measurement:
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
             raise LtsedgeError("a measurement must be a JSON object with a boolean 'ok'")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise LtsedgeError(f"unknown measurement field {unknown[0]!r} (allowed: {', '.join(sorted(known))})")
+        reject_unknown("measurement field", data, (f.name for f in dataclasses.fields(cls)))
         return cls(**data)
 
     @classmethod

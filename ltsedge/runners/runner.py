@@ -27,7 +27,7 @@ from ltsedge.runners import policy, stats
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.reference import reference_model
-from ltsedge.runners.weights import weights_mb
+from ltsedge.wire import weights_mb
 
 RESTART_GROWTH_MB = 64.0
 

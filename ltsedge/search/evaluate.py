@@ -16,16 +16,13 @@ from typing import Callable
 
 from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile
-from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.exporters import export_model
-from ltsedge.exporters.compat import OnnxTarget, target_for
+from ltsedge.keys import candidate_model_key, measurement_key
+from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Runner
 from ltsedge.search.problem import Budgets
-from ltsedge.store import MeasurementStore, arch_key
-
-WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
-
+from ltsedge.store import MeasurementStore
 
 @dataclass
 class Candidate:
@@ -70,16 +67,6 @@ class EvaluationStats:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def candidate_model_key(arch: Architecture, target: OnnxTarget) -> str:
-    """Store key of an exported candidate: its id and everything that decides the exported bytes."""
-    return arch_key(arch.id, {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME})
-
-
-def measurement_key(model_key: str, fingerprint: dict, profile: DeviceProfile) -> tuple:
-    """The store's full key: model, machine, measurement settings, onnxruntime version."""
-    return (model_key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
 
 
 class CandidateEvaluator:

@@ -246,7 +246,7 @@ class SearchRun:
 
     def _summary(self, evaluator: CandidateEvaluator, published: list[PublishedModel], started: float,
                  interrupted: bool) -> dict:
-        from ltsedge.exporters.compat import target_for
+        from ltsedge.ortcompat import target_for
 
         wall = self.elapsed_before + time.time() - started
         return {

@@ -1,0 +1,65 @@
+"""Store keys: what identifies a model and a measurement, defined once for the search, profile and check.
+
+A measurement is keyed by (model key, machine fingerprint hash, measurement settings hash,
+onnxruntime version). The model key is either the content of a file (``sha256:<hex>``) or an
+exported architecture (``arch:<id>:<setting>=<value>...``) with every setting that decides the
+exported bytes: opset, IR version, how the random weights were made and the export variant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
+
+WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
+DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variants: it is left out of them
+
+
+def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT) -> str:
+    """Store key of an exported candidate: its id and everything that decides the exported bytes."""
+    settings: dict[str, Any] = {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
+    if variant != DEFAULT_VARIANT:
+        settings["variant"] = variant
+    return arch_key(arch.id, settings)
+
+
+def measurement_key(model_key: str, fingerprint: dict, profile) -> tuple[str, str, str, str]:
+    """The store's full key: model, machine, measurement settings, onnxruntime version."""
+    return (model_key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
+
+
+def arch_key(arch_id: str, export: dict[str, Any]) -> str:
+    """Model key of an exported architecture, e.g. ``arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17``.
+
+    Export settings are sorted by name, so the same settings always give the same key.
+    """
+    _check_part("architecture id", arch_id)
+    if not isinstance(export, dict):
+        raise LtsedgeError(f"export settings must be a dict, got {type(export).__name__}")
+    parts = [f"arch:{arch_id}"]
+    for name in sorted(export):
+        value = export[name]
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            raise LtsedgeError(f"export setting {name!r} = {value!r} must be a string, number, bool or null")
+        text = value if isinstance(value, str) else json.dumps(value)
+        _check_part("export setting name", name)
+        _check_part(f"export setting {name!r}", text)
+        parts.append(f"{name}={text}")
+    return ":".join(parts)
+
+
+def file_key(sha256: str) -> str:
+    """Model key of an ONNX file given by content: ``sha256:<64 hex digits>``."""
+    if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise LtsedgeError(f"file hash {sha256!r} is not a SHA-256 hex digest (64 hex digits)")
+    return f"sha256:{sha256.lower()}"
+
+
+def _check_part(what: str, value: Any) -> None:
+    # ':' separates the parts of a key and '=' a setting from its value, so they'd make keys ambiguous.
+    if not isinstance(value, str) or not value or ":" in value or "=" in value:
+        raise LtsedgeError(f"{what} {value!r} must be a non-empty string without ':' or '='")

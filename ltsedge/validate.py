@@ -1,0 +1,66 @@
+"""Small checks every reader of user input shares: one wording for the same mistake everywhere.
+
+Pure Python, no heavy imports: the measuring worker uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ltsedge.errors import LtsedgeError
+
+
+def is_int(value: Any) -> bool:
+    """An integer that is not a bool (``True`` is an int to Python, not to a user writing TOML)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def reject_unknown(what: str, given: Iterable[str], known: Iterable[str], *, sort_known: bool = True) -> None:
+    """Raise for the first name in ``given`` not in ``known``: "unknown <what> 'x' (allowed: a, b)"."""
+    known = list(known)
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        allowed = sorted(known) if sort_known else known
+        raise LtsedgeError(f"unknown {what} {unknown[0]!r} (allowed: {', '.join(allowed)})")
+
+
+def parse_dims(text: Any) -> list[int]:
+    """``"1x192"`` or ``[1, 192]`` -> ``[1, 192]``; ValueError unless every dimension is an integer >= 1."""
+    dims = text
+    if isinstance(text, str):
+        dims = [int(d) for d in text.lower().split("x")]  # int() raises ValueError for us
+    if not isinstance(dims, list) or not dims or not all(is_int(d) and d >= 1 for d in dims):
+        raise ValueError(f"not positive dimensions: {text!r}")
+    return dims
+
+
+def parse_shape_options(items: Iterable[str], flag: str = "--shape") -> dict[str, list[int]]:
+    """``["input_ids=1x192", ...]`` (a repeatable command-line option) -> ``{"input_ids": [1, 192]}``."""
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = parse_dims(dims)
+        except ValueError:
+            raise LtsedgeError(f"{flag} {item!r} is not NAME=DIMxDIM... with positive integers "
+                               f"(e.g. input_ids=1x192)") from None
+    return shapes
+
+
+def toml_repr(value: Any) -> str:
+    """A value as the user wrote it in TOML, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{...}"
+    return repr(value)
