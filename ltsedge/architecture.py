@@ -18,7 +18,6 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_text
 from ltsedge.validate import is_int, reject_unknown
 
-BACKBONES = ("gpt2",)
 DEFAULT_VOCAB_SIZE = 50257
 DEFAULT_N_POSITIONS = 1024
 
@@ -58,6 +57,7 @@ class Architecture:
         elif not self.cutoffs:
             object.__setattr__(self, "cutoffs", default_cutoffs(self.vocab_size))
         _validate_cutoffs(self)
+        _backbone(self.backbone).validate(self)  # the family's own rules
 
     @property
     def adaptive(self) -> bool:
@@ -126,6 +126,17 @@ def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _backbone(name: Any):
+    from ltsedge.backbones import (  # the registry imports this module: import here
+        backbone_names,
+        get_backbone,
+    )
+
+    if not isinstance(name, str) or name not in backbone_names():
+        raise LtsedgeError(f"architecture field 'backbone' = {name!r} is invalid: must be one of {backbone_names()}")
+    return get_backbone(name)
+
+
 def _check_int(name: str, value: Any, low: int, what: str = "") -> None:
     if not is_int(value) or value < low:
         allowed = what or f"an integer >= {low}"
@@ -133,8 +144,7 @@ def _check_int(name: str, value: Any, low: int, what: str = "") -> None:
 
 
 def _validate(a: Architecture) -> None:
-    if a.backbone not in BACKBONES:
-        raise LtsedgeError(f"architecture field 'backbone' = {a.backbone!r} is invalid: must be one of {list(BACKBONES)}")
+    _backbone(a.backbone)
     _check_int("n_layer", a.n_layer, 1)
     _check_int("d_model", a.d_model, 1)
     _check_int("d_embed", a.d_embed, 1)

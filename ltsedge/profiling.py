@@ -13,11 +13,11 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of, export_model
+from ltsedge.files import sha256_of
+from ltsedge.keys import candidate_model_key, file_key, measurement_key
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
-from ltsedge.keys import candidate_model_key, file_key, measurement_key
-from ltsedge.files import sha256_of
 from ltsedge.store import MeasurementStore
 
 

@@ -15,7 +15,13 @@ import pytest
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata
-from ltsedge.ortcompat import ORT_RELEASES, local_target, parse_version, target_for, writer_limits
+from ltsedge.ortcompat import (
+    ORT_RELEASES,
+    local_target,
+    parse_version,
+    target_for,
+    writer_limits,
+)
 from tests.conftest import tiny_arch
 
 OLD_PYTHON = os.environ.get("LTSEDGE_OLD_ORT_PYTHON")

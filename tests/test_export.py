@@ -13,14 +13,21 @@ import torch
 from onnx import helper, numpy_helper
 
 import ltsedge
+from ltsedge.backbones import get_backbone
 from ltsedge.exporters import architecture_of, export_model, read_metadata, weight_seed
 from ltsedge.ortcompat import local_target
-from ltsedge.exporters.graph import build_graph
-from ltsedge.models.gpt2 import build_model
 from ltsedge.proxy import count_params
 from tests.conftest import random_tiny_archs, tiny_arch
 
 CPU = ["CPUExecutionProvider"]
+
+
+def build_model(arch, seed=0, shared_weights=False):
+    return get_backbone(arch.backbone).build_model(arch, seed, shared_weights)
+
+
+def build_graph(arch, weights, opset, variant="forward"):
+    return get_backbone(arch.backbone).build_graph(arch, weights, opset, variant)
 
 
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -143,7 +150,7 @@ def test_export_does_not_copy_weights_per_candidate():
     """Matrices are views of the shared buffer; the exported pieces reference them, not copies."""
     arch = tiny_arch(vocab_size=20000, d_model=128, d_inner=[256, 256])
     exported = export_model(arch)
-    from ltsedge.models.weights import _POOL
+    from ltsedge.backbones.weights import _POOL
 
     views = [p for p in exported.parts if isinstance(p, memoryview)]
     assert sum(v.nbytes for v in views) >= count_params(arch).total_params * 4 * 0.99

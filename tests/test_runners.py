@@ -18,13 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 from ltsedge.architecture import Architecture
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.wire import serialize_with_weights
-from ltsedge.runners import Measurement, Runner, make_inputs, measure
-from ltsedge.runners import policy, stats
+from ltsedge.runners import Measurement, Runner, make_inputs, measure, policy, stats
 from ltsedge.runners.process import death_reason
 from ltsedge.runners.reference import reference_model
-from ltsedge.wire import weights_mb
 from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV
+from ltsedge.wire import serialize_with_weights, weights_mb
 
 LINUX = sys.platform.startswith("linux")
 FAST = load_profile("cpu").replace(min_runs=3, max_runs=5, max_seconds=2.0, warmup=1, drift_check_every=0)

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 
 from ltsedge.exporters import architecture_of
-from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.files import sha256_of
+from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
 

@@ -10,7 +10,16 @@ from typing import Any
 import ltsedge
 from ltsedge.check.budgets import Target
 from ltsedge.check.previous import PreviousEntry, describe_machine
-from ltsedge.check.verdict import ERROR, FAIL, MARGINAL_FAIL, MARGINAL_PASS, PASS, Check, fmt, signed
+from ltsedge.check.verdict import (
+    ERROR,
+    FAIL,
+    MARGINAL_FAIL,
+    MARGINAL_PASS,
+    PASS,
+    Check,
+    fmt,
+    signed,
+)
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.runners import Measurement

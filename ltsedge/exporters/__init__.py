@@ -1,8 +1,10 @@
 """Architecture -> ONNX: the reference PyTorch model's weights, laid out as a deployable ONNX file.
 
-``export_model`` is the one entry point. Weights come from ``build_model(arch, seed)``, with the seed
-derived from the architecture id, so exporting the same architecture twice gives the same bytes.
-Every file carries its architecture, id, proxy score and ltsedge version in ``metadata_props``.
+``export_model`` is the one entry point; it asks the architecture's backbone for the reference
+model (random weights seeded from the architecture id, so exporting the same architecture twice
+gives the same bytes), the declared inputs and outputs of the variant (``ltsedge.iospec``) and the
+graph. Every file carries its architecture, id, proxy score, variant, I/O spec, opset/IR and the
+ltsedge version in ``metadata_props``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from onnx import helper
 
 import ltsedge
 from ltsedge.architecture import Architecture
+from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
+from ltsedge.iospec import ExportSpec
+from ltsedge.keys import DEFAULT_VARIANT
 from ltsedge.ortcompat import OnnxTarget, target_for
-from ltsedge.wire import serialized_parts
 from ltsedge.proxy import count_params
+from ltsedge.wire import serialized_parts
 
 METADATA_PREFIX = "ltsedge."
 
@@ -31,6 +36,7 @@ class ExportedModel:
 
     arch: Architecture
     target: OnnxTarget
+    spec: ExportSpec
     parts: list  # bytes and memoryviews, in file order
 
     @property
@@ -60,29 +66,28 @@ def weight_seed(arch: Architecture) -> int:
     return int(hashlib.sha256(arch.id.encode()).hexdigest()[:8], 16)
 
 
-def export_model(
-    arch: Architecture, *, target_ort: str | None = None, seed: int | None = None, shared_weights: bool = True
-) -> ExportedModel:
+def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int | None = None,
+                 shared_weights: bool = True, variant: str = DEFAULT_VARIANT) -> ExportedModel:
     """The reference PyTorch model with random weights, as an ONNX model (nothing written yet).
 
     ``shared_weights`` (the default) draws the matrices from the shared buffer, which makes building
     a candidate instant; without it every tensor is freshly initialised (slower, same graph).
     """
-    from ltsedge.exporters.graph import build_graph
-    from ltsedge.models.gpt2 import build_model
-
+    backbone = get_backbone(arch.backbone)
+    backbone.check_variant(variant)
     target = target_for(target_ort)
-    model = build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
+    model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
     weights = {name: t.detach().numpy() for name, t in model.state_dict().items()}
-    graph, initializers = build_graph(arch, weights, target.opset)
+    spec = backbone.export_spec(arch, variant)
+    graph, initializers = backbone.build_graph(arch, weights, target.opset, variant)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
                               producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
-    add_metadata(proto, arch, target)
-    return ExportedModel(arch, target, serialized_parts(proto, initializers.items()))
+    add_metadata(proto, arch, target, spec)
+    return ExportedModel(arch, target, spec, serialized_parts(proto, initializers.items()))
 
 
-def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget) -> None:
+def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget, spec: ExportSpec) -> None:
     counts = count_params(arch)
     meta = {
         "architecture": arch.to_json(),
@@ -93,6 +98,8 @@ def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget)
         "opset": str(target.opset),
         "ir_version": str(target.ir_version),
         "target_ort": target.runtime,
+        "variant": spec.variant,
+        "io_spec": spec.to_json(),
     }
     helper.set_model_props(proto, {METADATA_PREFIX + k: v for k, v in meta.items()})
 

@@ -1,5 +1,10 @@
-"""Inputs for one forward pass of any ONNX model, made from the inputs the session declares.
+"""Inputs for one run of any ONNX model.
 
+An ltsedge model declares its inputs (``ltsedge.io_spec`` metadata, see ``ltsedge.iospec``): each
+symbolic axis is sized from the workload (``batch``, ``sequence``; ``total_sequence`` = past +
+sequence) or bound by a ``shapes`` override, and each input's values follow its declared role.
+
+A foreign model gets inputs from the inputs its session declares, guessed by name.
 Shapes: a fixed dimension is kept. A symbolic one is resolved by its name (lower-cased):
   - contains "batch"                                   -> profile.batch
   - contains "seq", "past", "len", "token" or "time"   -> profile.sequence
@@ -22,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.iospec import ExportSpec, axis_sizes, shape_of
 from ltsedge.validate import is_int
 
 DTYPES = {
@@ -56,13 +62,49 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
         known = ", ".join(i.name for i in declared) or "none"
         raise LtsedgeError(f"shape given for {unknown[0]!r}, which is not an input of the model (inputs: {known})")
     rng = np.random.default_rng(seed)
+    spec = declared_spec(session_or_inputs)
+    if spec is not None:
+        return _declared_inputs(spec, profile, shapes, vocab_size, limit, rng)
     feeds = {}
-    for spec in declared:
-        shape = resolve_shape(spec.name, spec.shape, profile, shapes.get(spec.name))
-        if limit and "ids" in spec.name and len(shape) >= 2 and shape[-1] > limit:
-            raise LtsedgeError(f"input {spec.name!r}: sequence {shape[-1]} is longer than the model's "
+    for info in declared:
+        shape = resolve_shape(info.name, info.shape, profile, shapes.get(info.name))
+        if limit and "ids" in info.name and len(shape) >= 2 and shape[-1] > limit:
+            raise LtsedgeError(f"input {info.name!r}: sequence {shape[-1]} is longer than the model's "
                                f"n_positions {limit}; use a profile with sequence <= {limit}")
-        feeds[spec.name] = _values(spec.name, spec.type, shape, vocab_size, rng)
+        feeds[info.name] = _values(info.name, info.type, shape, vocab_size, rng)
+    return feeds
+
+
+def declared_spec(session: Any) -> ExportSpec | None:
+    """The I/O spec an ltsedge model declares in its metadata (None for other models)."""
+    if not hasattr(session, "get_modelmeta"):
+        return None
+    text = session.get_modelmeta().custom_metadata_map.get("ltsedge.io_spec")
+    return ExportSpec.from_json(text) if text else None
+
+
+def _declared_inputs(spec: ExportSpec, profile: Any, shapes: dict[str, list[int]], vocab_size: int | None,
+                     limit: int | None, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    sizes = axis_sizes(spec, {"batch": profile.batch, "sequence": profile.sequence}, shapes)
+    total = sizes.get("total_sequence", 0)
+    if limit and total > limit:  # positions past n_positions have no embedding
+        ids = spec.input("input_ids")
+        where = f"input {ids[0].name!r}: " if ids else ""
+        raise LtsedgeError(f"{where}sequence {total} is longer than the model's n_positions {limit}; "
+                           f"use a profile with sequence <= {limit}")
+    feeds = {}
+    for t in spec.inputs:
+        shape = shape_of(t, sizes)
+        if t.role == "input_ids":
+            values = rng.integers(0, vocab_size or SMALL_INT_HIGH, shape)
+        elif t.role == "attention_mask":
+            values = np.ones(shape)
+        elif t.role == "position_ids":  # the new tokens follow the cached ones
+            past = sizes.get("past_sequence", 0)
+            values = np.broadcast_to(np.arange(past, past + shape[-1]), shape)
+        else:  # "past": a cache or memory of activations
+            values = rng.standard_normal(shape)
+        feeds[t.name] = np.array(values, dtype=t.dtype)
     return feeds
 
 

@@ -24,6 +24,7 @@ from ltsedge.runners import Runner
 from ltsedge.search.problem import Budgets
 from ltsedge.store import MeasurementStore
 
+
 @dataclass
 class Candidate:
     arch: Architecture

@@ -15,8 +15,8 @@ from pymoo.indicators.hv import HV
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import sha256_of
 from ltsedge.exporters import export_model
+from ltsedge.files import sha256_of
 from ltsedge.runners import Runner
 from ltsedge.search.evaluate import Candidate
 from ltsedge.search.problem import Budgets

@@ -32,7 +32,12 @@ from ltsedge.runners import Runner
 from ltsedge.search import report
 from ltsedge.search.baseline import BaselineSpec, compare
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
-from ltsedge.search.frontier import HypervolumeScale, PublishedModel, pareto_front, publish
+from ltsedge.search.frontier import (
+    HypervolumeScale,
+    PublishedModel,
+    pareto_front,
+    publish,
+)
 from ltsedge.search.problem import ArchitectureProblem, Budgets, make_operators
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore

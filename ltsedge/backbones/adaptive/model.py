@@ -1,11 +1,9 @@
 """Adaptive input embeddings and the tied adaptive softmax (Baevski & Auli 2019; Transformer-XL).
 
-The vocabulary is split at ``cutoffs`` into clusters of decreasing frequency. With ``div_val`` k > 1,
-cluster i embeds its tokens in ``d_embed // k**i`` dimensions and projects them to ``d_model``;
-with k == 1 there is one table of width ``d_embed`` and one projection, as in Transformer-XL.
-The output layer reuses (ties) the tables and projections: a head softmax over the first cluster's
-tokens plus one logit per tail cluster, and a softmax per tail cluster. Its output is the
-log-probability of every token, so it is still ``[..., vocab_size]`` logits for the full vocabulary.
+Clusters as in ``params.py``. The output layer reuses (ties) the tables and projections: a head
+softmax over the first cluster's tokens plus one logit per tail cluster, and a softmax per tail
+cluster. Its output is the log-probability of every token, so it is still ``[..., vocab_size]``
+logits for the full vocabulary.
 
 Both modules compute every cluster for every position and select with masks: wasteful by a factor of
 the cluster count on the (cheap) embedding side, but export-friendly (no data-dependent shapes).
@@ -18,17 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ltsedge.architecture import Architecture
-
-
-def cluster_bounds(arch: Architecture) -> list[tuple[int, int]]:
-    edges = [0, *arch.cutoffs, arch.vocab_size]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def cluster_dims(arch: Architecture) -> list[int]:
-    """Embedding width of each cluster; all equal to d_embed when div_val == 1."""
-    n = len(arch.cutoffs) + 1
-    return [arch.d_embed // arch.div_val**i for i in range(n)]
+from ltsedge.backbones.adaptive.params import cluster_bounds, cluster_dims
 
 
 class AdaptiveEmbedding(nn.Module):

@@ -64,3 +64,31 @@ def assign_shared_weights(model: nn.Module, seed: int, pool: WeightPool | None =
                 data = torch.empty(p.shape).normal_(0.0, INIT_STD, generator=gen)
             module._parameters[name] = nn.Parameter(data, requires_grad=False)
     return model
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, seed: int) -> None:
+    """Fresh GPT-2-style initialisation of every tensor: biases 0, LayerNorm scales 1, the rest N(0, 0.02)."""
+    gen = torch.Generator().manual_seed(seed)
+    layer_norm_scales = {f"{n}.weight" if n else "weight" for n, m in model.named_modules()
+                         if isinstance(m, nn.LayerNorm)}
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            p.zero_()
+        elif name in layer_norm_scales:
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, INIT_STD, generator=gen)
+
+
+def materialize(model: nn.Module, seed: int, shared_weights: bool) -> nn.Module:
+    """Give a model built on the meta device its weights, deterministically from ``seed``, in eval mode.
+
+    Built on the meta device, nothing is initialised twice. With ``shared_weights`` its matrices are
+    windows of the shared random buffer: instant, and still an ordinary model.
+    """
+    if shared_weights:
+        return assign_shared_weights(model, seed).eval()
+    model = model.to_empty(device="cpu")
+    init_weights(model, seed)
+    return model.eval()

@@ -14,8 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ltsedge.architecture import Architecture
-from ltsedge.models.adaptive import AdaptiveEmbedding, AdaptiveLogits
-from ltsedge.models.weights import assign_shared_weights
+from ltsedge.backbones.adaptive.model import AdaptiveEmbedding, AdaptiveLogits
+from ltsedge.backbones.weights import materialize
 
 LAYER_NORM_EPS = 1e-5
 
@@ -68,6 +68,8 @@ class GPT2(nn.Module):
     The decoder is ``h`` (the blocks) and ``ln_f``: exactly what the decoder-parameter proxy counts.
     """
 
+    DECODER_MODULES = ("h", "ln_f")
+
     def __init__(self, arch: Architecture):
         super().__init__()
         self.arch = arch
@@ -91,28 +93,7 @@ class GPT2(nn.Module):
 
 
 def build_model(arch: Architecture, seed: int = 0, shared_weights: bool = False) -> GPT2:
-    """Build and initialise the model, deterministically from ``seed`` (GPT-2 style init).
-
-    The module is created on the meta device, so nothing is initialised twice. With
-    ``shared_weights`` its matrices are windows of one shared random buffer (see ``weights.py``):
-    instant, and still an ordinary model.
-    """
+    """The model with deterministic random weights (see ``ltsedge.backbones.weights.materialize``)."""
     with torch.device("meta"):
         model = GPT2(arch)
-    if shared_weights:
-        return assign_shared_weights(model, seed).eval()
-    model = model.to_empty(device="cpu")
-    init_weights(model, seed)
-    return model.eval()
-
-
-@torch.no_grad()
-def init_weights(model: nn.Module, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    for name, p in model.named_parameters():
-        if name.endswith("bias") or "cluster_bias" in name:
-            p.zero_()
-        elif ".ln_" in name or name.startswith("ln_f"):
-            p.fill_(1.0)
-        else:
-            p.normal_(0.0, 0.02, generator=gen)
+    return materialize(model, seed, shared_weights)

@@ -1,0 +1,88 @@
+"""What a backbone provides: the one protocol every model family implements.
+
+A backbone is everything ltsedge knows about one family of decoders (GPT-2, Transformer-XL, ...):
+how to count its parameters (the proxy), its PyTorch reference model, its ONNX graph for each
+export variant and the inputs/outputs that graph declares, its default search space and its
+layer-scaled baseline. Everything else — search, export, measurement, store — asks the registry
+(``ltsedge.backbones.get_backbone(arch.backbone)``) and never names a backbone.
+
+Subclasses keep torch and onnx imports inside the methods that need them: counting parameters or
+validating an architecture must stay instant and import-light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from ltsedge.architecture import Architecture
+    from ltsedge.iospec import ExportSpec
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """The study's layer-scaled baseline: one homogeneous block stacked 1..N times."""
+
+    d_model: int = 1024
+    d_inner: int = 3072
+    n_head: int = 16
+    layers: tuple[int, ...] = tuple(range(1, 17))
+
+    def to_dict(self) -> dict:
+        return {"d_model": self.d_model, "d_inner": self.d_inner, "n_head": self.n_head, "layers": list(self.layers)}
+
+
+class Backbone:
+    """Base class of the backbones; the registry holds one instance of each."""
+
+    name: str = ""
+    description: str = ""
+    variants: tuple[str, ...] = ("forward",)  # export variants; "forward" = the full-sequence pass
+
+    # --- the architecture ------------------------------------------------------------------------
+    def validate(self, arch: Architecture) -> None:
+        """Rules beyond the common ones (positive sizes, one entry per layer): raise LtsedgeError."""
+
+    # --- the proxy -------------------------------------------------------------------------------
+    def decoder_params(self, arch: Architecture) -> int:
+        raise NotImplementedError
+
+    def embedding_params(self, arch: Architecture) -> int:
+        raise NotImplementedError
+
+    # --- the PyTorch reference ---------------------------------------------------------------------
+    def build_model(self, arch: Architecture, seed: int = 0, shared_weights: bool = False):
+        """The reference ``torch.nn.Module`` in eval mode, deterministically initialised from ``seed``."""
+        raise NotImplementedError
+
+    # --- ONNX ------------------------------------------------------------------------------------
+    def check_variant(self, variant: str) -> None:
+        if variant not in self.variants:
+            from ltsedge.errors import LtsedgeError
+
+            raise LtsedgeError(f"backbone {self.name} has no export variant {variant!r} "
+                               f"(variants: {', '.join(self.variants)})")
+
+    def export_spec(self, arch: Architecture, variant: str) -> ExportSpec:
+        raise NotImplementedError
+
+    def build_graph(self, arch: Architecture, weights: Mapping[str, np.ndarray], opset: int, variant: str
+                    ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+        """The graph (declaring ``export_spec(arch, variant)``) and the weights it reads, by initializer name."""
+        raise NotImplementedError
+
+    # --- the search ------------------------------------------------------------------------------
+    def default_space(self) -> dict[str, Any]:
+        """``SearchSpace`` fields that differ from the study's GPT-2 ranges (none by default)."""
+        return {}
+
+    def baseline(self) -> BaselineSpec:
+        return BaselineSpec()
+
+    def __repr__(self) -> str:
+        return f"<backbone {self.name}>"

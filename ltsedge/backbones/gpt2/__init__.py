@@ -1,0 +1,44 @@
+"""GPT-2 (pre-LayerNorm blocks, learned positions, tied output): the study's first backbone.
+
+``params.py`` counts, ``model.py`` is the PyTorch reference, ``graph.py`` the ONNX graph; this file
+ties them into the ``Backbone`` the registry hands out.
+"""
+
+from __future__ import annotations
+
+from ltsedge.backbones.base import Backbone, BaselineSpec
+from ltsedge.backbones.gpt2 import params
+from ltsedge.iospec import ExportSpec, TensorSpec
+
+
+class GPT2Backbone(Backbone):
+    name = "gpt2"
+    description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
+    variants = ("forward",)
+
+    def decoder_params(self, arch) -> int:
+        return params.decoder_params(arch)
+
+    def embedding_params(self, arch) -> int:
+        return params.embedding_params(arch)
+
+    def build_model(self, arch, seed: int = 0, shared_weights: bool = False):
+        from ltsedge.backbones.gpt2.model import build_model
+
+        return build_model(arch, seed, shared_weights)
+
+    def export_spec(self, arch, variant: str) -> ExportSpec:
+        self.check_variant(variant)
+        return ExportSpec(
+            variant,
+            inputs=(TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),),
+            outputs=(TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits"),),
+        )
+
+    def build_graph(self, arch, weights, opset: int, variant: str):
+        from ltsedge.backbones.gpt2.graph import build_graph
+
+        return build_graph(arch, weights, opset, self.export_spec(arch, variant))
+
+    def baseline(self) -> BaselineSpec:
+        return BaselineSpec(d_model=1024, d_inner=3072, n_head=16, layers=tuple(range(1, 17)))

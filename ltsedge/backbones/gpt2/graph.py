@@ -1,0 +1,88 @@
+"""GPT-2 as an ONNX graph, written node by node from the architecture and the reference model's weights.
+
+The fast route to ONNX: no tracing, no second pass, no optimizer. Weights are read by their
+state-dict names (``model.py``) and laid out without copies: linear layers use ``Gemm(transB=1)``
+on PyTorch's ``[out, in]`` weights, and the tied output layer reuses the token-embedding
+initializer. The tests prove its logits equal PyTorch's on random architectures, with and without
+adaptive embeddings.
+
+Activations stay 2-D (``[batch*sequence, d_model]``) between blocks; attention reshapes to heads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ltsedge.backbones.adaptive.graph import adaptive_embed, adaptive_logits
+from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS
+from ltsedge.iospec import ExportSpec
+from ltsedge.onnx_graph import GraphBuilder
+
+
+def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
+                ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``."""
+    g = GraphBuilder(weights, opset)
+    ids = "input_ids"
+    ids_shape = g.op("Shape", ids)  # [B, T]
+    seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
+
+    x = _embed(g, arch, ids, ids_shape, seq_len)  # [B*T, d]
+    # Causal mask, shared by every layer: -inf above the diagonal, 0 elsewhere.
+    square = g.op("Concat", g.unsqueeze0(seq_len), g.unsqueeze0(seq_len), axis=0)
+    minus_inf = helper.make_tensor("v", TensorProto.FLOAT, [1], [float("-inf")])
+    mask = g.op("Trilu", g.op("ConstantOfShape", square, value=minus_inf), g.const(1), upper=1)
+
+    for i, n_head in enumerate(arch.n_head):
+        x = _block(g, arch.d_model, n_head, f"h.{i}", x, ids_shape, mask)
+    x = g.layer_norm(x, "ln_f", LAYER_NORM_EPS)
+    logits = _output(g, arch, x)  # [B*T, V]
+    g.op("Reshape", logits, g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
+    g.rename_last("logits")
+
+    graph = g.graph(f"ltsedge_{arch.backbone}", [t.value_info() for t in spec.inputs],
+                    [t.value_info() for t in spec.outputs])
+    return graph, g.large
+
+
+def _embed(g: GraphBuilder, arch, ids: str, ids_shape: str, seq_len: str) -> str:
+    d = arch.d_model
+    positions = g.op("Range", g.const(0), seq_len, g.const(1))
+    pos = g.op("Gather", g.weight("wpe.weight"), positions, axis=0)  # [T, d]
+    if arch.adaptive:
+        tok = adaptive_embed(g, arch, ids, "wte")  # [B*T, d]
+        tok = g.op("Reshape", tok, g.op("Concat", ids_shape, g.const([d]), axis=0))
+    else:
+        tok = g.op("Gather", g.weight("wte.weight"), ids, axis=0)  # [B, T, d]
+    return g.op("Reshape", g.op("Add", tok, pos), g.const([-1, d]))
+
+
+def _block(g: GraphBuilder, d: int, n_head: int, prefix: str, x: str, ids_shape: str, mask: str) -> str:
+    d_head = d // n_head
+    a = g.layer_norm(x, f"{prefix}.ln_1", LAYER_NORM_EPS)
+    qkv = g.linear(a, f"{prefix}.attn.c_attn")  # [B*T, 3d]
+    q, k, v = g.op("Split", qkv, g.const([d, d, d]), axis=1, n_out=3)
+    heads_shape = g.op("Concat", ids_shape, g.const([n_head, d_head]), axis=0)  # [B, T, h, dh]
+    q = g.op("Transpose", g.op("Reshape", q, heads_shape), perm=[0, 2, 1, 3])  # [B, h, T, dh]
+    k = g.op("Transpose", g.op("Reshape", k, heads_shape), perm=[0, 2, 3, 1])  # [B, h, dh, T]
+    v = g.op("Transpose", g.op("Reshape", v, heads_shape), perm=[0, 2, 1, 3])
+    scores = g.op("Mul", g.op("MatMul", q, k), g.const(1 / math.sqrt(d_head), np.float32))
+    att = g.op("Softmax", g.op("Add", scores, mask), axis=-1)
+    y = g.op("Transpose", g.op("MatMul", att, v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
+    y = g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj")
+    x = g.op("Add", x, y)
+
+    m = g.linear(g.layer_norm(x, f"{prefix}.ln_2", LAYER_NORM_EPS), f"{prefix}.mlp.c_fc")
+    m = g.linear(g.gelu(m), f"{prefix}.mlp.c_proj")
+    return g.op("Add", x, m)
+
+
+def _output(g: GraphBuilder, arch, x: str) -> str:
+    if not arch.adaptive:
+        return g.op("Gemm", x, g.weight("wte.weight"), transB=1)  # tied: reuses the embedding initializer
+    return adaptive_logits(g, arch, x, embedding="wte", head="lm_head")

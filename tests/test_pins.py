@@ -1,0 +1,61 @@
+"""Pinned exports: the graph and weights of a fixed set of architectures, and their store keys.
+
+These digests were computed before the backbone registry was introduced; a refactor must not move
+a byte of the graph (metadata aside: it carries the ltsedge version). When a change to a graph is
+intended, the stored measurements of the old graph must stop being reused: bump the backbone's
+graph version and update these pins in the same commit.
+"""
+
+import hashlib
+
+import onnx
+import pytest
+
+from ltsedge.architecture import Architecture
+from ltsedge.exporters import export_model
+from ltsedge.keys import candidate_model_key
+from ltsedge.ortcompat import target_for
+
+ARCHS = {
+    "plain": Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=512, n_positions=64),
+    "div2": Architecture(n_layer=3, d_model=96, n_head=(2, 4, 2), d_inner=(256, 192, 320), d_embed=32, div_val=2,
+                         vocab_size=300, n_positions=32),
+    "div1-narrow": Architecture(n_layer=1, d_model=32, n_head=(4,), d_inner=(64,), d_embed=16, div_val=1,
+                                vocab_size=100, n_positions=16),
+    "div4-cutoffs": Architecture(n_layer=2, d_model=64, n_head=(8, 2), d_inner=(256, 128), d_embed=64, div_val=4,
+                                 vocab_size=1000, n_positions=128, cutoffs=(100, 500)),
+}
+# (architecture, onnxruntime target) -> (sha256 of the file without metadata_props, store model key).
+# Target 1.16 writes opset 19 (GELU as its erf formula), 1.20 opset 21 (the Gelu operator).
+PINS = {
+    ("plain", "1.16"): ("8a172566929b1af9563603bcbc7235ac9f56d97c1cd8b1cedb3445512c5d7d7e",
+                        "arch:gpt2-L2-d64-e3e80f2a5f:ir=9:opset=19:weights=shared-v1"),
+    ("plain", "1.20"): ("8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
+                        "arch:gpt2-L2-d64-e3e80f2a5f:ir=10:opset=21:weights=shared-v1"),
+    ("div2", "1.16"): ("6dcf4642630309b49ccfebe6e647db20f683c1eb3f5ddfd8035dc135eee7a5bd",
+                       "arch:gpt2-L3-d96-e1260eefe7:ir=9:opset=19:weights=shared-v1"),
+    ("div2", "1.20"): ("9132527065f794da7da5d566cea61ce30f4d339569fb2304609fd2d86b06a2ca",
+                       "arch:gpt2-L3-d96-e1260eefe7:ir=10:opset=21:weights=shared-v1"),
+    ("div1-narrow", "1.16"): ("971e5d06ff8d99ff5b20ce3a6f2daa8549c04ca2930d34d2ffd631bd501199e3",
+                              "arch:gpt2-L1-d32-7cf93cb5f5:ir=9:opset=19:weights=shared-v1"),
+    ("div1-narrow", "1.20"): ("711a8db25936772a0530f05d6b2591823f51e65cff52100c403a66ab537f2a9e",
+                              "arch:gpt2-L1-d32-7cf93cb5f5:ir=10:opset=21:weights=shared-v1"),
+    ("div4-cutoffs", "1.16"): ("4c62e4abe4616ec5c55a1052b176fa3e2a5acc9e985711097b4195848d908a52",
+                               "arch:gpt2-L2-d64-8d7493d919:ir=9:opset=19:weights=shared-v1"),
+    ("div4-cutoffs", "1.20"): ("b09053d46d2c16b796c968b15f46065e3ccea155ae7c38b1040d7e1e02e7abda",
+                               "arch:gpt2-L2-d64-8d7493d919:ir=10:opset=21:weights=shared-v1"),
+}
+
+
+def graph_digest(model_bytes: bytes) -> str:
+    proto = onnx.load_from_string(model_bytes)
+    del proto.metadata_props[:]
+    return hashlib.sha256(proto.SerializeToString()).hexdigest()
+
+
+@pytest.mark.parametrize("name,target", sorted(PINS), ids=lambda v: str(v))
+def test_exported_graph_and_store_key_are_pinned(name, target):
+    arch = ARCHS[name]
+    digest, key = PINS[name, target]
+    assert graph_digest(export_model(arch, target_ort=target).to_bytes()) == digest
+    assert candidate_model_key(arch, target_for(target)) == key
