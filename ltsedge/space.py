@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ltsedge.architecture import DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
+from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
 from ltsedge.validate import is_int, reject_unknown
@@ -66,6 +67,11 @@ class SearchSpace:
         # Build one architecture per extreme to surface invalid fixed fields (vocab, cutoffs) now.
         self.decode(np.zeros(self.n_genes, dtype=int))
         self.decode(np.array(self.upper_bounds))
+
+    @classmethod
+    def default(cls, backbone: str = "gpt2", **changes: Any) -> SearchSpace:
+        """The backbone's default space (the study's ranges unless the backbone has its own), with ``changes``."""
+        return cls(**{**get_backbone(backbone).default_space(), **changes, "backbone": backbone})
 
     # --- choices -------------------------------------------------------------------------------
     @property
@@ -176,7 +182,7 @@ class SearchSpace:
         values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS else _parse_scalar(k, v, source)
                   for k, v in data.items()}
         try:
-            return cls(**values, source=source)
+            return cls.default(values.pop("backbone", "gpt2"), **values, source=source)
         except LtsedgeError as e:
             raise LtsedgeError(f"{source}: {e}") from None
 

@@ -34,7 +34,10 @@ def run_cli(*args, env=None, **kw):
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The candidate records of a log (its first line is the header naming the run)."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert "ltsedge_candidate_log" in records[0]
+    return records[1:]
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +138,11 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120
-    while not (out / "checkpoint.pkl").exists() and time.time() < deadline and proc.poll() is None:
+    while not (out / "checkpoint.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9 the whole group, worker included
     proc.wait()
-    assert (out / "checkpoint.pkl").exists() and not (out / "frontier.json").exists()
+    assert (out / "checkpoint.json").exists() and not (out / "frontier.json").exists()
     measured_before = {r["id"] for r in read_jsonl(out / "candidates.jsonl")}
 
     resumed = run_cli(*args)
@@ -182,7 +185,7 @@ def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 120
-    while not (out / "checkpoint.pkl").exists() and time.time() < deadline:
+    while not (out / "checkpoint.json").exists() and time.time() < deadline:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the worker gets it too
     stdout, stderr = proc.communicate(timeout=120)

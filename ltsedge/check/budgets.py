@@ -43,7 +43,7 @@ MODEL_KEYS = ("path", "shapes", "budgets")
 
 
 @dataclass(frozen=True)
-class Budgets:
+class ModelBudgets:
     """One model's budgets on one device, and where each came from."""
 
     max_latency_ms: float | None = None
@@ -93,7 +93,7 @@ class Target:
     path: Path
     display: str
     shapes: dict[str, list[int]]
-    budgets: Budgets
+    budgets: ModelBudgets
     in_file: bool = False
 
 
@@ -248,7 +248,7 @@ def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_lat
 
 
 def _budgets_for(entry: ModelEntry | None, device: str, cli: dict[str, float | None], profile: DeviceProfile,
-                 budgets_file: BudgetsFile | None) -> Budgets:
+                 budgets_file: BudgetsFile | None) -> ModelBudgets:
     values, sources = {}, {}
     for key in BUDGET_KEYS:
         from_file = entry.budgets.get(device, {}).get(key) if entry else None
@@ -260,4 +260,4 @@ def _budgets_for(entry: ModelEntry | None, device: str, cli: dict[str, float | N
             values[key], sources[key] = getattr(profile, key), f"device profile {profile.name}"
         else:
             values[key] = None
-    return Budgets(**values, sources=sources)
+    return ModelBudgets(**values, sources=sources)

@@ -1,32 +1,22 @@
-"""Device profiles: how to run and time a model on one kind of device, read from TOML.
+"""Device profiles, read from TOML: the built-in ones (``cpu``, ``arm64``, ``cuda``) or a user's file.
 
-A profile names the onnxruntime execution provider and session options, the workload (batch x
-sequence tokens, one forward pass), the repeat policy, limits, optional default budgets and the
-thermal policy for fan-less boards. Profiles ship as ``ltsedge/devices/<name>.toml``; a user's own
-profile is any TOML file with the same tables. ``settings()`` is everything that changes a measured
-value, so its hash keys stored measurements.
-
-Validation is strict and every error is one line: a typo in a key must not silently fall back to a
-default and measure something else.
+Profiles ship as ``ltsedge/devices/<name>.toml``; a user's own profile is any TOML file with the same
+tables. ``profile.py`` defines and validates a profile; this module reads the files (every key
+checked against the schema, never ignored) and checks that this onnxruntime has the profile's
+execution provider. ``fingerprint.py`` identifies the machine.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ltsedge.devices.profile import DeviceProfile, check_type, strict
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
-from ltsedge.ortcompat import parse_version
-from ltsedge.validate import is_int, is_number, reject_unknown, toml_repr
+from ltsedge.validate import toml_repr
 
 PROFILE_DIR = Path(__file__).parent
-GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
-EXECUTION_MODES = ("sequential", "parallel")
 
 # TOML table -> the fields it holds. Top-level keys: name, description.
 TABLES: dict[str, tuple[str, ...]] = {
@@ -42,12 +32,6 @@ TABLES: dict[str, tuple[str, ...]] = {
 }
 TOP_LEVEL = ("name", "description")
 
-# Fields that change a measured value: the store key. Not limits, budgets, thermal policy or export
-# target (an exported model's bytes already identify its opset).
-SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
-            "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
-            "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
-
 # Where to get an execution provider that this onnxruntime lacks.
 INSTALL_HINTS = {
     "CUDAExecutionProvider": "install onnxruntime-gpu",
@@ -57,87 +41,6 @@ INSTALL_HINTS = {
     "QNNExecutionProvider": "install onnxruntime-qnn",
     "CoreMLExecutionProvider": "use onnxruntime on macOS",
 }
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    name: str
-    description: str = ""
-    source: str = "builtin"  # "builtin" or the TOML path
-    # [runtime]
-    execution_provider: str = "CPUExecutionProvider"
-    provider_options: dict = field(default_factory=dict)  # passed to onnxruntime as strings
-    intra_op_threads: int = 0  # 0 = onnxruntime's default (one per physical core)
-    inter_op_threads: int = 0
-    graph_optimization: str = "all"  # disable | basic | extended | all
-    execution_mode: str = "sequential"  # sequential | parallel
-    enable_cpu_mem_arena: bool = True
-    enable_mem_pattern: bool = True
-    allow_spinning: bool = True  # idle intra-op threads busy-wait (onnxruntime's default)
-    # [workload]: one forward pass of batch x sequence tokens (LiteTransformerSearch protocol)
-    batch: int = 1
-    sequence: int = 192
-    # [repeats]
-    warmup: int = 2
-    min_runs: int = 5
-    max_runs: int = 50
-    max_seconds: float = 30.0  # of timed runs
-    tolerance: float = 0.02  # stop once the median is known within +-2% (95% confidence)
-    drift_check_every: int = 10  # re-time the reference model every N models (0 = never)
-    # [limits]
-    timeout_s: float = 600.0  # per model: load + warm-up + timed runs
-    memory_limit_mb: float | None = None  # kill the worker above this RSS
-    # [budgets]: optional defaults for the search
-    max_latency_ms: float | None = None
-    max_memory_mb: float | None = None
-    # [thermal]
-    cooldown_s: float = 0.0  # sleep between models
-    max_temperature_c: float | None = None  # and wait until cooler than this
-    max_cooldown_wait_s: float = 120.0
-    # [export]
-    target_ort: str | None = None  # onnxruntime version the exported models must load in
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = _check_type(f.name, getattr(self, f.name), f.name, self.label)
-            object.__setattr__(self, f.name, value)
-        _check_ranges(self)
-
-    def __hash__(self) -> int:  # provider_options is a dict: hash the canonical form instead
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
-
-    @property
-    def label(self) -> str:
-        return f"device profile {self.name!r}"
-
-    def settings(self) -> dict[str, Any]:
-        """Every field that changes measured values (a store key)."""
-        return {k: (dict(sorted(v.items())) if isinstance(v, dict) else v)
-                for k, v in ((k, getattr(self, k)) for k in SETTINGS)}
-
-    def settings_hash(self) -> str:
-        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-    def replace(self, **changes: Any) -> DeviceProfile:
-        """A validated copy with some fields changed, e.g. ``profile.replace(sequence=32)``."""
-        try:
-            reject_unknown("setting", changes, (f.name for f in dataclasses.fields(self)))
-        except LtsedgeError as e:
-            raise LtsedgeError(f"{self.label}: {e}") from None
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["provider_options"] = dict(self.provider_options)
-        return out
-
-
-def strict(profile: DeviceProfile) -> DeviceProfile:
-    """A stricter repeat policy for re-measuring the final frontier: half the tolerance, twice the runs."""
-    min_runs = profile.min_runs * 2
-    return profile.replace(tolerance=profile.tolerance / 2, min_runs=min_runs,
-                           max_runs=max(profile.max_runs * 2, min_runs), max_seconds=profile.max_seconds * 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,91 +98,17 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, value in data.items():
         if key in TOP_LEVEL:
-            fields[key] = _check_type(key, value, key, where)
+            fields[key] = check_type(key, value, key, where)
         elif key in TABLES:
             if not isinstance(value, dict):
                 raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {toml_repr(value)}")
             for sub, sub_value in value.items():
                 if sub not in TABLES[key]:
                     raise LtsedgeError(f"{where}: unknown key {sub!r} in [{key}] (allowed: {', '.join(TABLES[key])})")
-                fields[sub] = _check_type(sub, sub_value, f"[{key}] {sub}", where)
+                fields[sub] = check_type(sub, sub_value, f"[{key}] {sub}", where)
         else:
             raise LtsedgeError(f"{where}: unknown key {key!r} at the top level (allowed: {allowed})")
     return fields
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------------------------
-# Field -> (base type, optional), from the annotations: "float | None" -> ("float", True).
-_FIELD_TYPES = {f.name: (f.type.split(" | ")[0], f.type.endswith("| None")) for f in dataclasses.fields(DeviceProfile)}
-_EXPECTED = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-             "dict": "a table of options"}
-_OPTION_TYPES = (str, int, float, bool)
-
-
-def _has_type(base: str, value: Any) -> bool:
-    if base == "str":
-        return isinstance(value, str)
-    if base == "bool":
-        return isinstance(value, bool)
-    if base == "dict":
-        return isinstance(value, dict)
-    return is_number(value) if base == "float" else is_int(value)
-
-
-def _check_type(name: str, value: Any, key: str, where: str) -> Any:
-    """The value, normalised (ints accepted for floats); a one-line error naming key, value and type."""
-    base, optional = _FIELD_TYPES[name]
-    if value is None and optional:
-        return None
-    if not _has_type(base, value):
-        raise LtsedgeError(f"{where}: {key} = {toml_repr(value)} has the wrong type: expected {_EXPECTED[base]}")
-    if base == "float":
-        return float(value)
-    if base == "dict":
-        for option, option_value in value.items():
-            if not isinstance(option_value, _OPTION_TYPES):
-                raise LtsedgeError(f"{where}: {key}.{option} = {toml_repr(option_value)} has the wrong type: "
-                                   f"expected a string, number or boolean")
-        return {str(k): v for k, v in value.items()}
-    return value
-
-
-def _check_ranges(p: DeviceProfile) -> None:
-    def bad(key: str, rule: str) -> LtsedgeError:
-        return LtsedgeError(f"{p.label}: {key} = {toml_repr(getattr(p, key))} is out of range: must be {rule}")
-
-    if not p.name.strip():
-        raise LtsedgeError("device profile: name must not be empty")
-    if not p.execution_provider:
-        raise bad("execution_provider", "the name of an onnxruntime execution provider")
-    if p.graph_optimization not in GRAPH_OPTIMIZATIONS:
-        raise bad("graph_optimization", f"one of {', '.join(GRAPH_OPTIMIZATIONS)}")
-    if p.execution_mode not in EXECUTION_MODES:
-        raise bad("execution_mode", f"one of {', '.join(EXECUTION_MODES)}")
-    for key, low in (("intra_op_threads", 0), ("inter_op_threads", 0), ("batch", 1), ("sequence", 1),
-                     ("warmup", 0), ("min_runs", 1), ("drift_check_every", 0)):
-        if getattr(p, key) < low:
-            raise bad(key, f">= {low}")
-    for key in ("max_seconds", "timeout_s", "memory_limit_mb", "max_latency_ms", "max_memory_mb"):
-        value = getattr(p, key)
-        if value is not None and not 0 < value < float("inf"):
-            raise bad(key, "a positive number")
-    for key in ("cooldown_s", "max_cooldown_wait_s"):
-        if not 0 <= getattr(p, key) < float("inf"):
-            raise bad(key, ">= 0")
-    if p.max_runs < p.min_runs:
-        raise bad("max_runs", f">= min_runs ({p.min_runs})")
-    if not 0 < p.tolerance < 1:
-        raise bad("tolerance", "between 0 and 1 (a fraction: 0.02 = +-2%)")
-    if p.max_temperature_c is not None and not 20 <= p.max_temperature_c <= 125:
-        raise bad("max_temperature_c", "between 20 and 125 degrees Celsius")
-    if p.target_ort is not None:
-        try:
-            parse_version(p.target_ort)
-        except LtsedgeError as e:
-            raise LtsedgeError(f"{p.label}: target_ort: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------

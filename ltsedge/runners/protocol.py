@@ -1,15 +1,44 @@
-"""The worker's wire format: each message is an 8-byte big-endian length, then a pickled dict.
+"""The worker's wire format, and the settings a measure request carries.
 
-Pickle is safe here: both ends are ltsedge, and the pipe connects only the parent and its worker.
+Each message is an 8-byte big-endian length, then a pickled dict. Pickle is safe here: both ends
+are ltsedge, and the pipe connects only the parent and its worker.
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
+from dataclasses import dataclass
 from typing import BinaryIO
 
 HEADER = struct.Struct(">Q")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the worker needs to load and time a model: a device profile's runtime options, workload
+    and repeat policy (the fields of ``DeviceProfile.settings()``)."""
+
+    execution_provider: str
+    provider_options: dict
+    intra_op_threads: int
+    inter_op_threads: int
+    graph_optimization: str
+    execution_mode: str
+    enable_cpu_mem_arena: bool
+    enable_mem_pattern: bool
+    allow_spinning: bool
+    batch: int
+    sequence: int
+    warmup: int
+    min_runs: int
+    max_runs: int
+    max_seconds: float
+    tolerance: float
+
+    @classmethod
+    def from_profile(cls, profile) -> RunSettings:
+        return cls(**profile.settings())
 
 
 def write_message(stream: BinaryIO, message: dict) -> None:

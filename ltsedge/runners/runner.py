@@ -26,6 +26,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy, stats
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.process import WorkerDied, WorkerProcess
+from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.reference import reference_model
 from ltsedge.wire import weights_mb
 
@@ -134,7 +135,7 @@ class Runner:
         # The warm-up model takes onnxruntime's one-time costs out of every model's figure. A worker that
         # cannot reset its peak counter serves one model only: there the warm-up's peak would be the floor.
         warmup = str(self._reference()) if worker.hello["peak_resettable"] else None
-        request = {"cmd": "measure", "path": str(path), "run": self.profile.settings(), "shapes": shapes,
+        request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile), "shapes": shapes,
                    "warmup_path": warmup}
         try:
             reply = worker.request(request, timeout_s=self.profile.timeout_s,

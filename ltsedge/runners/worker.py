@@ -6,7 +6,7 @@ its own memory stays small and flat, so the peak memory of a model is the model'
 
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
-  -> {"cmd": "measure", "path": ..., "run": profile.settings(), "shapes": {...}, "warmup_path": ...}
+  -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "warmup_path": ...}
   <- {"ok": True, "latencies_ms": [...], ...} or {"ok": False, "error": "failed to load: ..."}
   -> {"cmd": "exit"}  (or EOF)
 On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
@@ -21,7 +21,6 @@ worker for every model.
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import re
 import signal
@@ -30,65 +29,21 @@ import threading
 import time
 from typing import Any
 
-import psutil
-
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import stats
 from ltsedge.runners.inputs import make_inputs
-from ltsedge.runners.protocol import read_message, write_message
+from ltsedge.runners.memory import (
+    gpu_memory_bytes,
+    peak_rss_bytes,
+    release_memory,
+    reset_peak,
+    rss_bytes,
+)
+from ltsedge.runners.protocol import RunSettings, read_message, write_message
 
 MB = 2**20
 TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
 FAULT_KEY = "ltsedge.test_fault"
-
-
-# ---------------------------------------------------------------------------------------------
-# Memory
-# ---------------------------------------------------------------------------------------------
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None)  # the process's own symbols: libc's included
-    except OSError:
-        return None
-
-
-LIBC = _libc() if sys.platform.startswith("linux") else None
-
-
-def rss_bytes() -> int:
-    return psutil.Process().memory_info().rss
-
-
-def release_memory() -> None:
-    """Collect garbage and return freed heap pages to the kernel (glibc only; musl has no malloc_trim)."""
-    gc.collect()
-    trim = getattr(LIBC, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
-
-def reset_peak() -> bool:
-    """Set the kernel's peak-RSS counter to the current RSS. False where that is impossible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return peak_rss_bytes() is not None
-    except OSError:
-        return False
-
-
-def peak_rss_bytes() -> int | None:
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/self/status") as f:
-                m = re.search(r"^VmHWM:\s+(\d+)\s*kB", f.read(), re.MULTILINE)
-            return int(m.group(1)) * 1024 if m else None
-        except OSError:
-            return None
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, kB elsewhere
 
 
 def exit_with_parent(check_every_s: float = 1.0) -> None:
@@ -111,7 +66,7 @@ def exit_with_parent(check_every_s: float = 1.0) -> None:
 # ---------------------------------------------------------------------------------------------
 # onnxruntime
 # ---------------------------------------------------------------------------------------------
-def session_options(run: dict):
+def session_options(run: RunSettings):
     import onnxruntime as ort
 
     levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -120,22 +75,22 @@ def session_options(run: dict):
               "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
     modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
     so = ort.SessionOptions()
-    so.intra_op_num_threads = run["intra_op_threads"]
-    so.inter_op_num_threads = run["inter_op_threads"]
-    so.graph_optimization_level = levels[run["graph_optimization"]]
-    so.execution_mode = modes[run["execution_mode"]]
-    so.enable_cpu_mem_arena = run["enable_cpu_mem_arena"]
-    so.enable_mem_pattern = run["enable_mem_pattern"]
-    spin = "1" if run.get("allow_spinning", True) else "0"
+    so.intra_op_num_threads = run.intra_op_threads
+    so.inter_op_num_threads = run.inter_op_threads
+    so.graph_optimization_level = levels[run.graph_optimization]
+    so.execution_mode = modes[run.execution_mode]
+    so.enable_cpu_mem_arena = run.enable_cpu_mem_arena
+    so.enable_mem_pattern = run.enable_mem_pattern
+    spin = "1" if run.allow_spinning else "0"
     so.add_session_config_entry("session.intra_op.allow_spinning", spin)
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     so.log_severity_level = 3  # errors only: warnings would fill the worker's log
     return so
 
 
-def providers(run: dict) -> list:
-    ep = run["execution_provider"]
-    options = {k: _option_text(v) for k, v in run["provider_options"].items()}
+def providers(run: RunSettings) -> list:
+    ep = run.execution_provider
+    options = {k: _option_text(v) for k, v in run.provider_options.items()}
     chain = [(ep, options)]
     if ep != "CPUExecutionProvider":
         chain.append("CPUExecutionProvider")  # for the nodes the accelerator does not implement
@@ -148,11 +103,11 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def create_session(path: str, run: dict):
+def create_session(path: str, run: RunSettings):
     import onnxruntime as ort
 
     session = ort.InferenceSession(path, sess_options=session_options(run), providers=providers(run))
-    ep = run["execution_provider"]
+    ep = run.execution_provider
     if ep not in session.get_providers():  # onnxruntime falls back to the CPU silently
         raise RuntimeError(f"execution provider {ep} could not be initialised "
                            f"(the session runs on {', '.join(session.get_providers())})")
@@ -167,13 +122,13 @@ def first_line(error: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------
-def make_run_once(session, feeds: dict, run: dict):
+def make_run_once(session, feeds: dict, run: RunSettings):
     """One full forward pass. On CUDA: inputs copied to the GPU once, outputs left there (IOBinding)."""
-    if run["execution_provider"] != "CUDAExecutionProvider":
+    if run.execution_provider != "CUDAExecutionProvider":
         return lambda: session.run(None, feeds)
     import onnxruntime as ort
 
-    device_id = int(run["provider_options"].get("device_id", 0))
+    device_id = int(run.provider_options.get("device_id", 0))
     binding = session.io_binding()
     device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(x, "cuda", device_id) for name, x in feeds.items()}
     for name, value in device_inputs.items():
@@ -188,9 +143,9 @@ def make_run_once(session, feeds: dict, run: dict):
     return run_once
 
 
-def time_runs(run_once, run: dict) -> tuple[list[float], bool]:
+def time_runs(run_once, run: RunSettings) -> tuple[list[float], bool]:
     """Warm-up, then timed runs until the median is known within tolerance (or the budget is spent)."""
-    for _ in range(run["warmup"]):
+    for _ in range(run.warmup):
         run_once()
     times: list[float] = []
     start = time.perf_counter()
@@ -198,40 +153,16 @@ def time_runs(run_once, run: dict) -> tuple[list[float], bool]:
         t0 = time.perf_counter()
         run_once()
         times.append((time.perf_counter() - t0) * 1000)
-        if stats.converged(times, run["min_runs"], run["tolerance"]):
+        if stats.converged(times, run.min_runs, run.tolerance):
             return times, True
-        if len(times) >= run["max_runs"] or time.perf_counter() - start >= run["max_seconds"]:
+        if len(times) >= run.max_runs or time.perf_counter() - start >= run.max_seconds:
             return times, False
-
-
-class _Shape:
-    def __init__(self, run: dict):
-        self.batch, self.sequence = run["batch"], run["sequence"]
-
-
-# ---------------------------------------------------------------------------------------------
-# CUDA device memory (optional: pynvml)
-# ---------------------------------------------------------------------------------------------
-def gpu_memory_bytes(device_id: int) -> int | None:
-    """GPU memory this process holds (pynvml); device-wide use where per-process figures are hidden
-    (e.g. containers with their own pid namespace); None without pynvml."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device_id)
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                return int(proc.usedGpuMemory)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # noqa: BLE001 - no pynvml, no driver, no permission: no figure
-        return None
 
 
 _warmed_up = False
 
 
-def warm_up_runtime(run: dict, warmup_path: str | None) -> None:
+def warm_up_runtime(run: RunSettings, warmup_path: str | None) -> None:
     """Load a small model once before the first real one: onnxruntime's one-time costs (~10 MB of
     kernel registries and allocators on a CPU; the CUDA context on a GPU) are then in the baseline,
     so the first model in a worker is charged the same as any later one."""
@@ -241,7 +172,7 @@ def warm_up_runtime(run: dict, warmup_path: str | None) -> None:
     _warmed_up = True
     try:
         session = create_session(warmup_path, run)
-        make_run_once(session, make_inputs(session, _Shape(run)), run)()
+        make_run_once(session, make_inputs(session, run), run)()
         del session
     except Exception:  # noqa: BLE001 - the real model's load reports any problem
         pass
@@ -254,12 +185,12 @@ def warm_up_runtime(run: dict, warmup_path: str | None) -> None:
 def measure(request: dict, peak_resettable: bool) -> dict:
     run = request["run"]
     warm_up_runtime(run, request.get("warmup_path"))
-    device_id = int(run["provider_options"].get("device_id", 0))
+    device_id = int(run.provider_options.get("device_id", 0))
     release_memory()
     if peak_resettable:
         reset_peak()
     baseline = rss_bytes()
-    gpu_before = gpu_memory_bytes(device_id) if run["execution_provider"] == "CUDAExecutionProvider" else None
+    gpu_before = gpu_memory_bytes(device_id) if run.execution_provider == "CUDAExecutionProvider" else None
     reply: dict[str, Any] = {"ok": False, "baseline_rss_mb": baseline / MB}
     session = feeds = run_once = None
     try:
@@ -272,7 +203,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         reply["load_seconds"] = time.perf_counter() - t0
         _test_fault(session)
         try:
-            feeds = make_inputs(session, _Shape(run), request.get("shapes"))
+            feeds = make_inputs(session, run, request.get("shapes"))
         except LtsedgeError as e:
             reply["error"] = f"cannot make inputs: {e}"
             return reply

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ltsedge.backbones import BaselineSpec
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.search.baseline import BaselineSpec
+from ltsedge.search.budgets import Budgets
 from ltsedge.search.presets import get_preset
-from ltsedge.search.problem import Budgets
 from ltsedge.search.run import SearchResult, SearchRun, SearchSettings
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
@@ -47,7 +47,7 @@ def resolve(options: SearchOptions):
     profile = preset.apply(load_profile(options.device))
     if options.sequence is not None:
         profile = profile.replace(sequence=options.sequence)
-    space = SearchSpace.load(options.space_file) if options.space_file else preset.space
+    space = SearchSpace.load(options.space_file) if options.space_file else preset.space()
     budgets = Budgets(
         max_latency_ms=_first(options.max_latency_ms, profile.max_latency_ms),
         max_memory_mb=_first(options.max_memory_mb, profile.max_memory_mb),
@@ -58,7 +58,7 @@ def resolve(options: SearchOptions):
     settings = SearchSettings(
         space=space, population=options.population or preset.population,
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
-        baseline=_baseline(options, preset.baseline), target_ort=_first(options.target_ort, profile.target_ort),
+        baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
     )
     return settings, profile
 
@@ -67,10 +67,9 @@ def _first(*values):
     return next((v for v in values if v is not None), None)
 
 
-def _baseline(options: SearchOptions, spec: BaselineSpec | None) -> BaselineSpec | None:
+def _baseline(options: SearchOptions, spec: BaselineSpec) -> BaselineSpec | None:
     if not options.baseline:
         return None
-    spec = spec or BaselineSpec()
     changes = {k: v for k, v in {"d_model": options.baseline_d_model, "d_inner": options.baseline_d_inner,
                                  "n_head": options.baseline_n_head}.items() if v is not None}
     if options.baseline_layers is not None:

@@ -1,4 +1,6 @@
-"""The study's baseline: the same homogeneous GPT-2 with 1..16 identical layers, measured on the same device.
+"""The study's baseline: the same homogeneous model with 1..16 identical layers, measured on the same device.
+
+Each backbone names its base block (``Backbone.baseline``: GPT-2 d_model 1024, d_inner 3072).
 
 Each baseline model is compared with the frontier model that has at least its decoder parameters
 (so, by the proxy, at least its quality) and the lowest latency.
@@ -6,25 +8,17 @@ Each baseline model is compared with the frontier model that has at least its de
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ltsedge.architecture import Architecture
+from ltsedge.backbones import BaselineSpec
 from ltsedge.search.evaluate import Candidate
+from ltsedge.space import SearchSpace
 
 
-@dataclass(frozen=True)
-class BaselineSpec:
-    d_model: int = 1024
-    d_inner: int = 3072
-    n_head: int = 16
-    layers: tuple[int, ...] = tuple(range(1, 17))
-
-    def architectures(self, vocab_size: int, n_positions: int) -> list[Architecture]:
-        return [Architecture(n_layer=n, d_model=self.d_model, n_head=[self.n_head] * n, d_inner=[self.d_inner] * n,
-                             vocab_size=vocab_size, n_positions=n_positions) for n in self.layers]
-
-    def to_dict(self) -> dict:
-        return {"d_model": self.d_model, "d_inner": self.d_inner, "n_head": self.n_head, "layers": list(self.layers)}
+def baseline_architectures(spec: BaselineSpec, space: SearchSpace) -> list[Architecture]:
+    """The baseline models in the space's backbone and vocabulary."""
+    return [Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
+                         vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
+            for n in spec.layers]
 
 
 def compare(baseline: list[Candidate], front: list[Candidate]) -> list[dict]:

@@ -8,7 +8,6 @@ delete the scratch file. Nothing runs beside a measurement: export happens befor
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,12 +15,14 @@ from typing import Callable
 
 from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile
+from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.keys import candidate_model_key, measurement_key
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Runner
-from ltsedge.search.problem import Budgets
+from ltsedge.search.budgets import Budgets
+from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.store import MeasurementStore
 
 
@@ -73,14 +74,28 @@ class EvaluationStats:
 class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, work_dir: Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
-                 log_path: Path | None = None, on_progress: Callable[[], None] | None = None):
+                 log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         self.target_ort, self.target = target_ort, target_for(target_ort)
         self.work_dir, self.budgets, self.fresh = work_dir, budgets, fresh
-        self.log_path, self.on_progress = log_path, on_progress
+        self.log, self.on_progress = log, on_progress
         self.seen: dict[str, Candidate] = {}
         self.stats = EvaluationStats()
         self.fingerprint = runner.fingerprint()
+
+    def candidates(self) -> list[Candidate]:
+        """Every candidate the search evaluated (the baseline, generation -1, is not one)."""
+        return [c for c in self.seen.values() if c.generation >= 0]
+
+    def reload(self, records: list[dict]) -> None:
+        """Candidates of an interrupted run (its log): never evaluated again."""
+        for record in records:
+            try:
+                arch = Architecture.from_dict(record["architecture"])
+                self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
+                                               record["generation"])
+            except (KeyError, TypeError, LtsedgeError):
+                continue  # not a candidate record
 
     def store_key(self, arch: Architecture) -> tuple:
         return measurement_key(candidate_model_key(arch, self.target), self.fingerprint, self.profile)
@@ -149,8 +164,7 @@ class CandidateEvaluator:
             s.measured += 1
         if candidate.source != "skipped" and not candidate.ok:
             s.failed += 1
-        if self.log_path is not None:
-            with open(self.log_path, "a") as f:  # append-only: survives kill -9
-                f.write(json.dumps(candidate.to_record(self.budgets)) + "\n")
+        if self.log is not None:
+            self.log.append(candidate.to_record(self.budgets))
         if self.on_progress:
             self.on_progress()

@@ -18,8 +18,8 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.files import sha256_of
 from ltsedge.runners import Runner
+from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate
-from ltsedge.search.problem import Budgets
 
 
 def objectives(candidates: list[Candidate]) -> np.ndarray:

@@ -1,16 +1,17 @@
 """Named search presets: the study's full-scale default, a quick demo, and a tiny smoke test.
 
-A preset fixes the space, population, generations and baseline, and adjusts the device profile's
-workload (sequence length) and repeat policy; command-line options override any of them.
+A preset narrows the backbone's default space, fixes population, generations and baseline, and
+adjusts the device profile's workload (sequence length) and repeat policy; command-line options
+override any of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ltsedge.backbones import BaselineSpec, get_backbone
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
-from ltsedge.search.baseline import BaselineSpec
 from ltsedge.space import SearchSpace
 
 
@@ -22,11 +23,17 @@ def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
 class Preset:
     name: str
     description: str
-    space: SearchSpace
+    space_changes: dict  # SearchSpace fields replacing the backbone's default space
     population: int
     generations: int
-    baseline: BaselineSpec | None
+    baseline_spec: BaselineSpec | None  # None: the backbone's own layer-scaled baseline
     profile_changes: dict = field(default_factory=dict)
+
+    def space(self, backbone: str = "gpt2") -> SearchSpace:
+        return SearchSpace.default(backbone, **self.space_changes, source=f"preset {self.name}")
+
+    def baseline(self, backbone: str = "gpt2") -> BaselineSpec:
+        return self.baseline_spec or get_backbone(backbone).baseline()
 
     def apply(self, profile: DeviceProfile) -> DeviceProfile:
         return profile.replace(**self.profile_changes) if self.profile_changes else profile
@@ -34,20 +41,20 @@ class Preset:
 
 PRESETS = {
     "default": Preset(
-        "default", "the LiteTransformerSearch GPT-2 space, population 100, 30 generations, sequence 192",
-        SearchSpace(), 100, 30, BaselineSpec(),
+        "default", "the study's space for the backbone, population 100, 30 generations, sequence 192",
+        {}, 100, 30, None,
     ),
     "quick": Preset(
-        "quick", "a small GPT-2 space (2-6 layers, d_model 128-384), 5 generations of 12, sequence 64: ~3 minutes",
-        SearchSpace(n_layer=_grid(2, 6, 1), d_model=_grid(128, 384, 64), d_inner=_grid(256, 1536, 64),
-                    d_embed=(128, 256), div_val=(1, 2), source="preset quick"),
+        "quick", "a small space (2-6 layers, d_model 128-384), 5 generations of 12, sequence 64: ~3 minutes",
+        dict(n_layer=_grid(2, 6, 1), d_model=_grid(128, 384, 64), d_inner=_grid(256, 1536, 64), d_embed=(128, 256),
+             div_val=(1, 2)),
         12, 5, BaselineSpec(d_model=384, d_inner=1536, n_head=8, layers=(1, 2, 3, 4, 5, 6)),
         {"sequence": 64, "warmup": 1, "min_runs": 3, "max_runs": 20, "max_seconds": 3.0, "tolerance": 0.05},
     ),
     "smoke": Preset(
         "smoke", "tiny models (vocabulary 512, d_model 32-64), 2 generations of 6, sequence 16: for tests",
-        SearchSpace(n_layer=(1, 2), d_model=(32, 64), n_head=(2, 4), d_inner=_grid(64, 256, 32), d_embed=(16, 32),
-                    div_val=(1, 2), vocab_size=512, n_positions=64, source="preset smoke"),
+        dict(n_layer=(1, 2), d_model=(32, 64), n_head=(2, 4), d_inner=_grid(64, 256, 32), d_embed=(16, 32),
+             div_val=(1, 2), vocab_size=512, n_positions=64),
         6, 2, BaselineSpec(d_model=64, d_inner=128, n_head=2, layers=(1, 2)),
         {"sequence": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,
          "drift_check_every": 0},

@@ -9,8 +9,6 @@ Constraints (<= 0 is feasible): one per budget, plus one that a failed measureme
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from pymoo.core.duplicate import DuplicateElimination
 from pymoo.core.mutation import Mutation
@@ -19,36 +17,10 @@ from pymoo.core.repair import Repair
 from pymoo.core.sampling import Sampling
 from pymoo.operators.crossover.ux import UniformCrossover
 
+from ltsedge.search.budgets import Budgets
 from ltsedge.space import SearchSpace
 
 FAILED_PENALTY = 1e9  # objective value given to a candidate that could not be measured
-
-
-@dataclass(frozen=True)
-class Budgets:
-    max_latency_ms: float | None = None
-    max_memory_mb: float | None = None
-    min_params: int | None = None
-    max_params: int | None = None
-
-    def active(self) -> list[str]:
-        return [k for k, v in self.__dict__.items() if v is not None]
-
-    def violations(self, params: int, latency_ms: float | None, memory_mb: float | None) -> dict[str, float]:
-        """Positive amount by which each budget is exceeded (absent budgets are not listed)."""
-        out = {}
-        if self.max_latency_ms is not None and latency_ms is not None:
-            out["max_latency_ms"] = latency_ms - self.max_latency_ms
-        if self.max_memory_mb is not None and memory_mb is not None:
-            out["max_memory_mb"] = memory_mb - self.max_memory_mb
-        if self.min_params is not None:
-            out["min_params"] = self.min_params - params
-        if self.max_params is not None:
-            out["max_params"] = params - self.max_params
-        return {k: v for k, v in out.items() if v > 0}
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class ArchitectureProblem(Problem):

@@ -1,4 +1,4 @@
-"""Writing a search's results: frontier.json/.csv, candidates.csv, baseline.csv, search.json."""
+"""Writing a search's results (a ``SearchResult``): frontier.json/.csv, candidates.csv, baseline.csv, search.json."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import csv
 import json
 import platform
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ltsedge.search.evaluate import Candidate
 from ltsedge.search.frontier import PublishedModel
-from ltsedge.search.problem import Budgets
+
+if TYPE_CHECKING:
+    from ltsedge.search.run import SearchResult
 
 FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "peak_memory_mb",
                     "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"]
@@ -62,17 +64,16 @@ def _write_json(path: Path, data) -> None:
     tmp.replace(path)
 
 
-def write_all(out_dir: Path, published: list[PublishedModel], evaluator, candidates: list[Candidate],
-              baseline: list[Candidate], comparison: list[dict], summary: dict, budgets: Budgets) -> None:
-    entries = [frontier_entry(p, out_dir) for p in published]
-    export = summary.get("export", {})
+def write_outputs(result: SearchResult) -> None:
+    out_dir, summary, comparison = result.out_dir, result.summary, result.baseline
+    entries = [frontier_entry(p, out_dir) for p in result.frontier]
     _write_json(out_dir / "frontier.json", {"device": summary["device"]["name"], "fingerprint": summary["fingerprint"],
-                                            "export": export, "models": entries})
+                                            "export": summary.get("export", {}), "models": entries})
     _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
-               [{**e, **_flat_arch(p.candidate.arch)} for e, p in zip(entries, published)])
+               [{**e, **_flat_arch(p.candidate.arch)} for e, p in zip(entries, result.frontier)])
     rows = []
-    for c in sorted(candidates, key=lambda c: (c.generation, c.arch.id)):
-        record = c.to_record(budgets)
+    for c in sorted(result.candidates, key=lambda c: (c.generation, c.arch.id)):
+        record = c.to_record(result.budgets)
         m = c.measurement
         rows.append({**record, **_flat_arch(c.arch), "latency_ms": m.get("latency_ms"),
                      "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),

@@ -1,0 +1,37 @@
+"""Per-generation bookkeeping, as a pymoo ``Callback``: hypervolume, front size, progress.
+
+pymoo calls it at the end of every ``tell``, once the generation's candidates are evaluated and
+the survivors chosen. The hypervolume's normalisation is fixed after the first generation, so the
+values of one search compare with each other.
+"""
+
+from __future__ import annotations
+
+from pymoo.core.callback import Callback
+
+from ltsedge.proxy import count_params
+from ltsedge.search.checkpoint import RunState
+from ltsedge.search.frontier import HypervolumeScale, pareto_front
+
+
+class GenerationCallback(Callback):
+    def __init__(self, evaluator, settings, state: RunState, *, progress=None):
+        super().__init__()
+        self.evaluator, self.settings, self.state, self.progress = evaluator, settings, state, progress
+
+    def notify(self, algorithm) -> None:
+        state = self.state
+        state.generation += 1
+        candidates = self.evaluator.candidates()
+        if state.hv_scale is None:
+            space = self.settings.space
+            max_params = count_params(space.decode(space.upper_bounds)).decoder_params  # the space's largest
+            state.hv_scale = HypervolumeScale.from_candidates(candidates, max_params).to_dict()
+        front = pareto_front(candidates, self.settings.budgets)
+        s = self.evaluator.stats
+        record = {"generation": state.generation, "hypervolume": HypervolumeScale(**state.hv_scale)(front),
+                  "front_size": len(front), "evaluated": len(candidates), "measured": s.measured,
+                  "cached": s.cached, "failed": s.failed}
+        state.hv_history.append(record)
+        if self.progress:
+            self.progress.generation_done(state.generation, record)

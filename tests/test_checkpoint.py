@@ -1,0 +1,89 @@
+"""The checkpoint and the candidate log: exact resume from JSON, refusal of another run's files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.evaluator import Evaluator
+from pymoo.problems.static import StaticProblem
+from pymoo.termination.max_gen import MaximumGenerationTermination
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.proxy import count_params
+from ltsedge.search.budgets import Budgets
+from ltsedge.search.checkpoint import CandidateLog, RunState, load_checkpoint, save_checkpoint
+from ltsedge.search.presets import get_preset
+from ltsedge.search.problem import ArchitectureProblem, make_operators
+
+SPACE = get_preset("smoke").space()
+PROBLEM = ArchitectureProblem(SPACE, Budgets(max_latency_ms=40.0))
+
+
+def fresh_algorithm(seed=3, generations=6):
+    algorithm = NSGA2(pop_size=8, **make_operators(SPACE, 0.3))
+    algorithm.setup(PROBLEM, termination=MaximumGenerationTermination(generations), seed=seed, verbose=False)
+    return algorithm
+
+
+def generation(algorithm) -> np.ndarray:
+    """One ask/evaluate/tell with made-up but deterministic costs (some infeasible); the asked genes."""
+    pop = algorithm.ask()
+    archs = [SPACE.decode(x) for x in pop.get("X")]
+    F, G = zip(*(PROBLEM.objectives(count_params(a).decoder_params, a.n_layer * 20.0 + a.d_model / 8,
+                                    sum(a.d_inner) / 50, ok=a.n_layer * a.d_model != 128) for a in archs))
+    Evaluator().eval(StaticProblem(PROBLEM, F=list(F), G=list(G)), pop)
+    algorithm.tell(infills=pop)
+    return pop.get("X").copy()
+
+
+@pytest.mark.parametrize("stop_after", [1, 3, 5])
+def test_resume_from_json_continues_exactly_like_an_uninterrupted_run(tmp_path, stop_after):
+    uninterrupted = fresh_algorithm()
+    expected = [generation(uninterrupted) for _ in range(6)]
+
+    first = fresh_algorithm()
+    asked = [generation(first) for _ in range(stop_after)]
+    save_checkpoint(tmp_path, "run-a", first, RunState(generation=stop_after, hv_history=[{"generation": 1}]))
+    json.loads((tmp_path / "checkpoint.json").read_text())  # plain JSON: nothing in it can execute
+
+    resumed = fresh_algorithm()
+    state = load_checkpoint(tmp_path, "run-a", resumed)
+    assert state.generation == stop_after and state.hv_history == [{"generation": 1}]
+    while resumed.has_next():
+        asked.append(generation(resumed))
+    assert len(asked) == len(expected)
+    for got, want in zip(asked, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_checkpoint_of_another_run_or_damaged_is_refused(tmp_path):
+    algorithm = fresh_algorithm()
+    generation(algorithm)
+    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))
+    with pytest.raises(LtsedgeError, match="different settings"):
+        load_checkpoint(tmp_path, "run-b", fresh_algorithm())
+    (tmp_path / "checkpoint.json").write_text("\x80\x04 not json")  # e.g. a pickle from an older ltsedge
+    with pytest.raises(LtsedgeError, match="unreadable.*--restart"):
+        load_checkpoint(tmp_path, "run-a", fresh_algorithm())
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"format": 1, "identity": "run-a", "run": {},
+                                                          "algorithm": {"population": {}}}))
+    with pytest.raises(LtsedgeError, match="damaged"):
+        load_checkpoint(tmp_path, "run-a", fresh_algorithm())
+    assert load_checkpoint(tmp_path / "none", "run-a", fresh_algorithm()) is None
+
+
+def test_candidate_log_names_its_run_and_refuses_another(tmp_path):
+    log = CandidateLog(tmp_path, "run-a")
+    assert log.records() == []
+    log.append({"id": "x", "generation": 1})
+    with open(log.path, "a") as f:
+        f.write('{"id": "cut sho')  # a kill in the middle of a line
+    assert log.records() == [{"id": "x", "generation": 1}]
+    with pytest.raises(LtsedgeError, match="different settings"):
+        CandidateLog(tmp_path, "run-b").records()
+    log.path.write_text('{"id": "from an older ltsedge, no header"}\n')
+    with pytest.raises(LtsedgeError, match="not a candidate log"):
+        log.records()
