@@ -41,7 +41,7 @@ class SearchSpace:
     n_head: tuple[int, ...] = (2, 4, 8)
     d_inner: tuple[int, ...] = _grid(256, 4096, 64)
     d_inner_min_ratio: float = 2.0  # per-layer d_inner >= ratio * d_model (avoids training collapse)
-    d_embed: tuple[int, ...] = (128, 256, 512)
+    d_embed: tuple[int, ...] = (128, 256, 512)  # () = always d_model (plain, non-adaptive embeddings)
     div_val: tuple[int, ...] = (1, 2, 4)
     vocab_size: int = DEFAULT_VOCAB_SIZE
     n_positions: int = DEFAULT_N_POSITIONS
@@ -52,7 +52,7 @@ class SearchSpace:
     def __post_init__(self) -> None:
         for name in ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"):
             values = getattr(self, name)
-            if not values:
+            if not values and name != "d_embed":
                 raise LtsedgeError(f"search space: {name} has no choices")
             object.__setattr__(self, name, tuple(sorted(set(values))))
         for d in self.d_model:
@@ -78,12 +78,16 @@ class SearchSpace:
     def max_layers(self) -> int:
         return max(self.n_layer)
 
+    @property
+    def _d_embed_choices(self) -> tuple[int | None, ...]:
+        return self.d_embed or (None,)  # None: the architecture's d_embed defaults to its d_model
+
     def d_inner_choices(self, d_model: int) -> tuple[int, ...]:
         return tuple(v for v in self.d_inner if v >= self.d_inner_min_ratio * d_model)
 
     def size(self) -> int:
         """The exact number of distinct architectures in the space."""
-        per_embedding = len(self.d_embed) * len(self.div_val)
+        per_embedding = len(self._d_embed_choices) * len(self.div_val)
         return per_embedding * sum(
             (len(self.n_head) * len(self.d_inner_choices(d))) ** n for n in self.n_layer for d in self.d_model
         )
@@ -96,7 +100,7 @@ class SearchSpace:
     @property
     def upper_bounds(self) -> list[int]:
         L = self.max_layers
-        globals_ = [len(self.n_layer), len(self.d_model), len(self.d_embed), len(self.div_val)]
+        globals_ = [len(self.n_layer), len(self.d_model), len(self._d_embed_choices), len(self.div_val)]
         return [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
 
     def decode(self, x) -> Architecture:
@@ -108,7 +112,7 @@ class SearchSpace:
         heads = [self.n_head[i] for i in g[N_GLOBAL_GENES : N_GLOBAL_GENES + n_layer]]
         lowest = self.d_inner_choices(d_model)[0]
         inner = [max(self.d_inner[i], lowest) for i in g[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + n_layer]]
-        return self._architecture(n_layer, d_model, heads, inner, self.d_embed[g[2]], self.div_val[g[3]])
+        return self._architecture(n_layer, d_model, heads, inner, self._d_embed_choices[g[2]], self.div_val[g[3]])
 
     def encode(self, arch: Architecture, fill=None) -> np.ndarray:
         """The vector of ``arch``; genes of absent layers are copied from ``fill`` (or 0)."""
@@ -117,7 +121,7 @@ class SearchSpace:
         try:
             x[:N_GLOBAL_GENES] = [
                 self.n_layer.index(arch.n_layer), self.d_model.index(arch.d_model),
-                self.d_embed.index(arch.d_embed), self.div_val.index(arch.div_val),
+                self._d_embed_choices.index(arch.d_embed if self.d_embed or arch.d_embed != arch.d_model else None), self.div_val.index(arch.div_val),
             ]
             x[N_GLOBAL_GENES : N_GLOBAL_GENES + arch.n_layer] = [self.n_head.index(h) for h in arch.n_head]
             x[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + arch.n_layer] = [self.d_inner.index(d) for d in arch.d_inner]
@@ -144,7 +148,8 @@ class SearchSpace:
         n_layer, d_model = rng.choice(self.n_layer), rng.choice(self.d_model)
         heads = [rng.choice(self.n_head) for _ in range(n_layer)]
         inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
-        return self._architecture(n_layer, d_model, heads, inner, rng.choice(self.d_embed), rng.choice(self.div_val))
+        return self._architecture(n_layer, d_model, heads, inner, rng.choice(self._d_embed_choices),
+                                  rng.choice(self.div_val))
 
     def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val) -> Architecture:
         return Architecture(
@@ -162,7 +167,7 @@ class SearchSpace:
             "d_model": _describe(self.d_model),
             "n_head (per layer)": _describe(self.n_head),
             "d_inner (per layer)": f"{_describe(self.d_inner)}, at least {self.d_inner_min_ratio:g} x d_model",
-            "d_embed": _describe(self.d_embed),
+            "d_embed": _describe(self.d_embed) if self.d_embed else "= d_model",
             "div_val": _describe(self.div_val),
             "vocab_size": self.vocab_size,
             "n_positions": self.n_positions,
@@ -214,7 +219,7 @@ def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
         value = list(range(lo, hi + 1, step))
     if not isinstance(value, list) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
-    if key != "cutoffs" and (not value or min(value) < 1):
+    if key not in ("cutoffs", "d_embed") and not value or value and min(value) < 1:
         raise LtsedgeError(f"{source}: {key} = {value} is invalid: choices must be integers >= 1")
     return tuple(value)
 

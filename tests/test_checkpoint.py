@@ -14,7 +14,12 @@ from pymoo.termination.max_gen import MaximumGenerationTermination
 from ltsedge.errors import LtsedgeError
 from ltsedge.proxy import count_params
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.checkpoint import CandidateLog, RunState, load_checkpoint, save_checkpoint
+from ltsedge.search.checkpoint import (
+    CandidateLog,
+    RunState,
+    load_checkpoint,
+    save_checkpoint,
+)
 from ltsedge.search.presets import get_preset
 from ltsedge.search.problem import ArchitectureProblem, make_operators
 

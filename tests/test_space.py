@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 
+from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
 from ltsedge.space import SearchSpace
 from tests.conftest import tiny_space
@@ -139,3 +140,16 @@ def test_missing_config_file(tmp_path):
 def test_describe_reports_the_size():
     d = SearchSpace().describe()
     assert d["size"] == SearchSpace().size() and math.isclose(d["size_log10"], math.log10(d["size"]), abs_tol=0.01)
+
+
+def test_empty_d_embed_means_plain_embeddings_of_width_d_model(tmp_path):
+    space = SearchSpace(n_layer=(1, 2), d_model=(64, 128), n_head=(2,), d_inner=(256,), d_embed=(), div_val=(1,))
+    archs = space.sample(30, seed=0)
+    assert all(a.d_embed == a.d_model and not a.adaptive and space.contains(a) for a in archs)
+    assert space.size() == 2 * (1 + 1)  # (n_layer 1 or 2) x d_model; one choice per layer gene
+    adaptive = Architecture(n_layer=1, d_model=64, n_head=[2], d_inner=[256], d_embed=32)
+    assert not space.contains(adaptive)
+    toml = tmp_path / "space.toml"
+    toml.write_text("n_layer = [1, 2]\nd_model = [64, 128]\nn_head = [2]\nd_inner = [256]\nd_embed = []\ndiv_val = [1]\n")
+    assert SearchSpace.load(toml) == space
+    assert space.describe()["d_embed"] == "= d_model"
