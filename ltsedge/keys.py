@@ -3,11 +3,13 @@
 A measurement is keyed by (model key, machine fingerprint hash, measurement settings hash,
 onnxruntime version). The model key is either the content of a file (``sha256:<hex>``) or an
 exported architecture (``arch:<id>:<setting>=<value>...``) with every setting that decides the
-exported bytes: opset, IR version, how the random weights were made and the export variant.
+exported bytes: the backbone's graph version, opset, IR version, how the random weights were made
+and the export variant.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -21,15 +23,35 @@ DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variant
 
 def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT) -> str:
     """Store key of an exported candidate: its id and everything that decides the exported bytes."""
-    settings: dict[str, Any] = {"opset": target.opset, "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
+    from ltsedge.backbones import get_backbone
+
+    settings: dict[str, Any] = {"graph": get_backbone(arch.backbone).graph_version, "opset": target.opset,
+                                "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
     if variant != DEFAULT_VARIANT:
         settings["variant"] = variant
     return arch_key(arch.id, settings)
 
 
-def measurement_key(model_key: str, fingerprint: dict, profile) -> tuple[str, str, str, str]:
-    """The store's full key: model, machine, measurement settings, onnxruntime version."""
-    return (model_key, fingerprint_hash(fingerprint), profile.settings_hash(), fingerprint.get("onnxruntime", ""))
+def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | None = None
+                    ) -> tuple[str, str, str, str]:
+    """The store's full key: model, machine, measurement settings (with any input shapes that replace
+    the profile's workload), onnxruntime version."""
+    return (model_key, fingerprint_hash(fingerprint), settings_hash(measurement_settings(profile, shapes)),
+            fingerprint.get("onnxruntime", ""))
+
+
+def measurement_settings(profile, shapes: dict | None = None) -> dict[str, Any]:
+    """What decides a measured figure besides the model and the machine: the profile's settings and
+    the input shapes, when given (the profile's own workload otherwise; keys of that case predate shapes)."""
+    settings = profile.settings()
+    if shapes:
+        settings["shapes"] = {name: list(dims) for name, dims in sorted(shapes.items())}
+    return settings
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
 def arch_key(arch_id: str, export: dict[str, Any]) -> str:

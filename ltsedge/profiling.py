@@ -12,9 +12,14 @@ from pathlib import Path
 from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters import architecture_of, export_model
+from ltsedge.exporters import architecture_in, export_model, read_metadata
 from ltsedge.files import sha256_of
-from ltsedge.keys import candidate_model_key, file_key, measurement_key
+from ltsedge.keys import (
+    candidate_model_key,
+    file_key,
+    measurement_key,
+    measurement_settings,
+)
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
@@ -27,38 +32,42 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
-    if not path.exists():
+    if not path.is_file():
         raise LtsedgeError(f"model file not found: {path}")
     target_ort = target_ort or profile.target_ort
+    sha256 = None
+    if path.suffix.lower() == ".json":
+        arch = Architecture.load(path)
+        key = candidate_model_key(arch, target_for(target_ort))
+    else:
+        arch = _architecture_or_none(path)
+        sha256 = sha256_of(path)
+        key = file_key(sha256)
     with MeasurementStore(store_path) as store, Runner(profile) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
-        if path.suffix.lower() == ".json":
-            arch = Architecture.load(path)
-            key = candidate_model_key(arch, target_for(target_ort))
-            onnx_path = None
-        else:
-            arch = _architecture_or_none(path)
-            key = file_key(sha256_of(path))
-            onnx_path = path
         fingerprint = runner.fingerprint()
-        store_key = measurement_key(key, fingerprint, profile)
+        store_key = measurement_key(key, fingerprint, profile, shapes)
         measurement = None if fresh else store.get(*store_key)
         cached = measurement is not None
         if measurement is None:
-            if onnx_path is None:
+            onnx_path = path
+            if arch is not None and sha256 is None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
-                export_model(arch, target_ort=target_ort).save(onnx_path)
+                export_model(arch, target_ort=target_ort).save(onnx_path, digest=False)
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
-            if not shapes:  # a measurement at non-default shapes is not the profile's measurement
-                store.put(*store_key, measurement, fingerprint=fingerprint, settings=profile.settings())
+            store.put(*store_key, measurement, fingerprint=fingerprint,
+                      settings=measurement_settings(profile, shapes))
     counts = count_params(arch).to_dict() if arch else {}
-    return {"model": str(path), "device": profile.name, **measurement, **counts,
-            "architecture_id": arch.id if arch else None, "cached": cached,
+    return {"model": str(path), "sha256": sha256, "device": profile.name, **measurement, **counts,
+            "architecture_id": arch.id if arch else None, "shapes": shapes or None, "cached": cached,
             "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
 
 
 def _architecture_or_none(path: Path) -> Architecture | None:
+    """The architecture an ltsedge model declares; None for a foreign model, or for a file onnx cannot
+    read (the runner then reports why it does not load). Malformed ltsedge metadata is bad input."""
     try:
-        return architecture_of(path)
+        meta = read_metadata(path)
     except LtsedgeError:
-        return None  # not loadable by onnx: the runner reports the load failure with its reason
+        return None
+    return architecture_in(meta, path)

@@ -115,14 +115,24 @@ class MeasurementStore:
         *,
         include_failures: bool = True,
     ) -> dict[str, Any] | None:
-        """The stored measurement for this key, or None. With include_failures=False a failure counts as absent."""
+        """The stored measurement that may answer this request again, or None.
+
+        A success, or a failure of the model itself (``failure_kind == "model"``: it does not load, its
+        inputs cannot be made, it fails to run), which would fail the same way again. A failure caused
+        by the circumstances (a timeout, a memory limit, a crashed or killed worker) is kept for the
+        record (``rows``) but never served: another run, with other limits, must measure again.
+        ``include_failures=False`` serves successes only.
+        """
         key = _key(model_key, fingerprint_hash, settings_hash, ort_version)
         where = " AND ".join(f"{c} = ?" for c in KEY_COLUMNS)
-        if not include_failures:
-            where += " AND ok = 1"
         with _sqlite_errors(self.path):
-            row = self._db.execute(f"SELECT measurement FROM measurements WHERE {where}", key).fetchone()
-        return None if row is None else json.loads(row[0])
+            row = self._db.execute(f"SELECT ok, measurement FROM measurements WHERE {where}", key).fetchone()
+        if row is None:
+            return None
+        measurement = self._decode(row[1], model_key)
+        if row[0]:
+            return measurement
+        return measurement if include_failures and measurement.get("failure_kind") == "model" else None
 
     def put(
         self,
@@ -168,8 +178,18 @@ class MeasurementStore:
         for row in found:
             row["ok"] = bool(row["ok"])
             for column in ("measurement", "fingerprint", "settings"):
-                row[column] = json.loads(row[column])
+                row[column] = self._decode(row[column], row["model_key"])
         return found
+
+    def _decode(self, text: str, model_key: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = None
+        if not isinstance(value, dict):
+            raise LtsedgeError(f"measurement store {self.path}: the row of {model_key} is not valid JSON; "
+                               "move the store aside or pass --store NEW_PATH")
+        return value
 
     def close(self) -> None:
         if self._conn is not None:

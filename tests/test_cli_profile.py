@@ -86,3 +86,55 @@ def test_missing_model_exits_2(tmp_path):
 def test_devices_lists_the_builtin_profiles():
     out = run("devices").stdout
     assert {line.split()[0] for line in out.splitlines()} >= {"cpu", "arm64", "cuda"}
+
+
+# --- what the store may answer (issue: nothing stale) -------------------------------------------
+def test_a_failure_caused_by_a_limit_is_not_answered_from_the_store(tmp_path, arch_file):
+    """A timeout under one profile must not be served when a profile with a generous timeout asks."""
+    short, long_ = tmp_path / "short.toml", tmp_path / "long.toml"
+    short.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "short"') + "[limits]\ntimeout_s = 0.05\n")
+    long_.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "long"') + "[limits]\ntimeout_s = 600\n")
+    store = tmp_path / "s.sqlite"
+    failed = run("profile", arch_file(), "--device", short, "--json", "--store", store)
+    assert failed.returncode == 1
+    result = json.loads(failed.stdout)
+    assert "timed out" in result["error"] and result["failure_kind"] == "environment"
+    ok = run("profile", arch_file(), "--device", long_, "--json", "--store", store)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["cached"] is False and json.loads(ok.stdout)["ok"]
+
+
+def test_profile_with_a_shape_is_keyed_by_that_shape(tmp_path, arch_file, device):
+    store = tmp_path / "s.sqlite"
+    default = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store).stdout)
+    shaped = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store,
+                            "--shape", "input_ids=4x16").stdout)
+    assert default["shapes"] is None and shaped["shapes"] == {"input_ids": [4, 16]}
+    assert shaped["cached"] is False  # not the 1 x 16 figure
+    again = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store,
+                           "--shape", "input_ids=4x16").stdout)
+    assert again["cached"] is True and again["latency_ms"] == shaped["latency_ms"]
+
+
+def test_profile_json_of_a_file_carries_its_sha256(tmp_path, arch_file, device):
+    import hashlib
+
+    model = tmp_path / "m.onnx"
+    assert run("export", arch_file(), "-o", model).returncode == 0
+    result = json.loads(run("profile", model, "--device", device, "--json", "--store", tmp_path / "s.sqlite").stdout)
+    assert result["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+def test_damaged_architecture_metadata_is_one_line_exit_2(tmp_path, arch_file, device):
+    import onnx
+
+    model = tmp_path / "m.onnx"
+    assert run("export", arch_file(), "-o", model).returncode == 0
+    proto = onnx.load(str(model))
+    for prop in proto.metadata_props:
+        if prop.key == "ltsedge.architecture":
+            prop.value = '{"n_layer": 2, "d_model": '
+    onnx.save(proto, str(model))
+    proc = run("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
+    assert proc.returncode == 2 and "metadata ltsedge.architecture: malformed JSON" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -3,7 +3,7 @@
 These digests were computed before the backbone registry was introduced; a refactor must not move
 a byte of the graph (metadata aside: it carries the ltsedge version). When a change to a graph is
 intended, the stored measurements of the old graph must stop being reused: bump the backbone's
-graph version and update these pins in the same commit.
+``graph_version`` (it is in every store key) and update these pins in the same commit.
 """
 
 import hashlib
@@ -29,21 +29,21 @@ ARCHS = {
 # Target 1.16 writes opset 19 (GELU as its erf formula), 1.20 opset 21 (the Gelu operator).
 PINS = {
     ("plain", "1.16"): ("8a172566929b1af9563603bcbc7235ac9f56d97c1cd8b1cedb3445512c5d7d7e",
-                        "arch:gpt2-L2-d64-e3e80f2a5f:ir=9:opset=19:weights=shared-v1"),
+                        "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=9:opset=19:weights=shared-v1"),
     ("plain", "1.20"): ("8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
-                        "arch:gpt2-L2-d64-e3e80f2a5f:ir=10:opset=21:weights=shared-v1"),
+                        "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:weights=shared-v1"),
     ("div2", "1.16"): ("6dcf4642630309b49ccfebe6e647db20f683c1eb3f5ddfd8035dc135eee7a5bd",
-                       "arch:gpt2-L3-d96-e1260eefe7:ir=9:opset=19:weights=shared-v1"),
+                       "arch:gpt2-L3-d96-e1260eefe7:graph=1:ir=9:opset=19:weights=shared-v1"),
     ("div2", "1.20"): ("9132527065f794da7da5d566cea61ce30f4d339569fb2304609fd2d86b06a2ca",
-                       "arch:gpt2-L3-d96-e1260eefe7:ir=10:opset=21:weights=shared-v1"),
+                       "arch:gpt2-L3-d96-e1260eefe7:graph=1:ir=10:opset=21:weights=shared-v1"),
     ("div1-narrow", "1.16"): ("971e5d06ff8d99ff5b20ce3a6f2daa8549c04ca2930d34d2ffd631bd501199e3",
-                              "arch:gpt2-L1-d32-7cf93cb5f5:ir=9:opset=19:weights=shared-v1"),
+                              "arch:gpt2-L1-d32-7cf93cb5f5:graph=1:ir=9:opset=19:weights=shared-v1"),
     ("div1-narrow", "1.20"): ("711a8db25936772a0530f05d6b2591823f51e65cff52100c403a66ab537f2a9e",
-                              "arch:gpt2-L1-d32-7cf93cb5f5:ir=10:opset=21:weights=shared-v1"),
+                              "arch:gpt2-L1-d32-7cf93cb5f5:graph=1:ir=10:opset=21:weights=shared-v1"),
     ("div4-cutoffs", "1.16"): ("4c62e4abe4616ec5c55a1052b176fa3e2a5acc9e985711097b4195848d908a52",
-                               "arch:gpt2-L2-d64-8d7493d919:ir=9:opset=19:weights=shared-v1"),
+                               "arch:gpt2-L2-d64-8d7493d919:graph=1:ir=9:opset=19:weights=shared-v1"),
     ("div4-cutoffs", "1.20"): ("b09053d46d2c16b796c968b15f46065e3ccea155ae7c38b1040d7e1e02e7abda",
-                               "arch:gpt2-L2-d64-8d7493d919:ir=10:opset=21:weights=shared-v1"),
+                               "arch:gpt2-L2-d64-8d7493d919:graph=1:ir=10:opset=21:weights=shared-v1"),
 }
 
 

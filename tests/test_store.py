@@ -19,7 +19,8 @@ KEY = ("arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17", "fp-1", "set-1", "1.20.1")
 FINGERPRINT = {"cpu": "Cortex-A76", "cores": 4}
 SETTINGS = {"warmup": 3, "runs": 20, "seq_len": 128}
 SUCCESS = {"ok": True, "error": None, "latency_ms_p50": 12.5, "latency_ms_p90": 14.0, "peak_mem_mb": 81.0}
-FAILURE = {"ok": False, "error": "onnxruntime crashed: SIGSEGV", "latency_ms_p50": None}
+FAILURE = {"ok": False, "error": "worker crashed (signal SIGSEGV)", "failure_kind": "environment"}
+MODEL_FAILURE = {"ok": False, "error": "failed to load: unsupported op", "failure_kind": "model"}
 
 
 def put(s: MeasurementStore, key: tuple[str, ...], measurement: dict) -> None:
@@ -130,12 +131,16 @@ def test_uses_wal(tmp_path):
         conn.close()
 
 
-def test_failures_are_stored_but_can_be_ignored(db):
-    put(db, KEY, FAILURE)
-    assert db.get(*KEY) == FAILURE
-    assert db.get(*KEY, include_failures=False) is None
+def test_failures_are_stored_but_only_the_models_own_are_served(db):
+    put(db, KEY, FAILURE)  # a crash, a timeout, a memory limit: another run must measure again
+    assert db.get(*KEY) is None
     assert [r["measurement"]["error"] for r in db.rows(ok=False)] == [FAILURE["error"]]
+    put(db, KEY, MODEL_FAILURE)  # does not load: it would fail the same way again
+    assert db.get(*KEY) == MODEL_FAILURE
+    assert db.get(*KEY, include_failures=False) is None
     assert db.rows(ok=True) == []
+    put(db, KEY, {"ok": False, "error": "from an older ltsedge: no failure_kind"})
+    assert db.get(*KEY) is None
 
 
 def test_success_replaces_failure(db):
@@ -152,9 +157,9 @@ def test_failure_does_not_replace_success(db):
 
 
 def test_later_failure_and_later_success_replace_their_own_kind(db):
-    put(db, KEY, FAILURE)
-    put(db, KEY, {**FAILURE, "error": "timeout"})
-    assert db.get(*KEY)["error"] == "timeout"
+    put(db, KEY, MODEL_FAILURE)
+    put(db, KEY, {**MODEL_FAILURE, "error": "failed to load: other"})
+    assert db.get(*KEY)["error"] == "failed to load: other"
     put(db, KEY, SUCCESS)
     put(db, KEY, {**SUCCESS, "latency_ms_p50": 11.0})
     assert db.get(*KEY)["latency_ms_p50"] == 11.0
@@ -357,3 +362,18 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         for i in range(N_SHARED):
             assert s.get(f"shared-m{i}", *KEY[1:])["i"] == i
 
+
+
+def test_a_row_that_is_not_json_is_one_line_error(tmp_path):
+    path = tmp_path / "m.sqlite"
+    with MeasurementStore(path) as s:
+        put(s, KEY, SUCCESS)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE measurements SET measurement = '{not json'")
+    conn.commit()
+    conn.close()
+    with MeasurementStore(path) as s:
+        with pytest.raises(LtsedgeError, match="not valid JSON; move the store aside"):
+            s.get(*KEY)
+        with pytest.raises(LtsedgeError, match="not valid JSON"):
+            s.rows()

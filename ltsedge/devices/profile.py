@@ -10,7 +10,6 @@ fall back to a default and measure something else.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,8 +85,9 @@ class DeviceProfile:
                 for k, v in ((k, getattr(self, k)) for k in SETTINGS)}
 
     def settings_hash(self) -> str:
-        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        from ltsedge.keys import settings_hash
+
+        return settings_hash(self.settings())
 
     def replace(self, **changes: Any) -> DeviceProfile:
         """A validated copy with some fields changed, e.g. ``profile.replace(sequence=32)``."""

@@ -10,7 +10,6 @@ ltsedge version in ``metadata_props``.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,5 +117,12 @@ def read_metadata(path_or_proto: str | Path | onnx.ModelProto) -> dict[str, str]
 
 
 def architecture_of(path: str | Path) -> Architecture | None:
-    meta = read_metadata(path)
-    return Architecture.from_dict(json.loads(meta["architecture"])) if "architecture" in meta else None
+    """The architecture in an ltsedge model's metadata; None for a model ltsedge did not write."""
+    return architecture_in(read_metadata(path), path)
+
+
+def architecture_in(meta: dict[str, str], path: str | Path) -> Architecture | None:
+    """The architecture of ``read_metadata``'s result; damaged metadata is a one-line error naming the file."""
+    if "architecture" not in meta:
+        return None
+    return Architecture.from_json(meta["architecture"], source=f"{path}: metadata ltsedge.architecture")

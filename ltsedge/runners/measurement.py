@@ -14,6 +14,10 @@ from ltsedge.validate import reject_unknown
 class Measurement:
     ok: bool
     error: str | None = None  # one line, e.g. "timed out after 30 s"; None when ok
+    # Why it failed: "model" (it does not load, its inputs cannot be made, it fails to run: it would
+    # fail the same way again) or "environment" (a timeout, a memory limit, a crash, out of memory:
+    # another run may succeed). Only the model's own failures are answered from the store.
+    failure_kind: str | None = None
     # Latency of one forward pass (ms): median of the timed runs, 90th percentile, fastest, and the
     # coefficient of variation; converged = the median's 95% interval got within the tolerance.
     latency_ms: float | None = None
@@ -48,5 +52,5 @@ class Measurement:
         return cls(**data)
 
     @classmethod
-    def failure(cls, error: str, **fields: Any) -> Measurement:
-        return cls(ok=False, error=error, **fields)
+    def failure(cls, error: str, kind: str = "environment", **fields: Any) -> Measurement:
+        return cls(ok=False, error=error, failure_kind=kind, **fields)

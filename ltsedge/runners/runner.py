@@ -153,7 +153,8 @@ class Runner:
         common = dict(load_seconds=reply.get("load_seconds", 0.0),
                       inference_seconds=reply.get("inference_seconds", 0.0), **self.sensors.read())
         if not reply.get("ok"):
-            return Measurement.failure(reply.get("error") or "unknown failure", **common)
+            return Measurement.failure(reply.get("error") or "unknown failure",
+                                       reply.get("failure_kind", "environment"), **common)
         times = reply["latencies_ms"]
         return Measurement(ok=True, error=None, runs=len(times), converged=reply["converged"],
                            peak_memory_mb=reply["peak_memory_mb"],

@@ -114,6 +114,14 @@ def create_session(path: str, run: RunSettings):
     return session
 
 
+MEMORY_WORDS = ("memory", "allocat", "bad_alloc")
+
+
+def failure_kind(error: str) -> str:
+    """A model's own failure repeats on every run; running out of memory depends on the machine's state."""
+    return "environment" if any(w in error.lower() for w in MEMORY_WORDS) else "model"
+
+
 def first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)
@@ -199,6 +207,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
             session = create_session(request["path"], run)
         except Exception as e:  # noqa: BLE001 - any load error is the model's failure, reported
             reply["error"] = f"failed to load: {first_line(e)}"
+            reply["failure_kind"] = failure_kind(reply["error"])
             return reply
         reply["load_seconds"] = time.perf_counter() - t0
         _test_fault(session)
@@ -206,6 +215,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
             feeds = make_inputs(session, run, request.get("shapes"))
         except LtsedgeError as e:
             reply["error"] = f"cannot make inputs: {e}"
+            reply["failure_kind"] = "model"
             return reply
         t1 = time.perf_counter()
         try:
@@ -213,6 +223,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
             times, converged = time_runs(run_once, run)
         except Exception as e:  # noqa: BLE001
             reply["error"] = f"failed to run: {first_line(e)}"
+            reply["failure_kind"] = failure_kind(reply["error"])
             return reply
         reply["inference_seconds"] = time.perf_counter() - t1
         peak = peak_rss_bytes()
