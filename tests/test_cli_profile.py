@@ -138,3 +138,24 @@ def test_damaged_architecture_metadata_is_one_line_exit_2(tmp_path, arch_file, d
     proc = run("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 2 and "metadata ltsedge.architecture: malformed JSON" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_measuring_worker_never_imports_from_the_working_directory(tmp_path, arch_file, device):
+    """A statistics.py (a module the worker imports) where the user runs ltsedge is never executed."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    script = shutil.which("ltsedge", path=str(Path(sys.executable).parent)) or shutil.which("ltsedge")
+    if script is None:
+        pytest.skip("the ltsedge console script is not installed")
+    work = tmp_path / "project"
+    work.mkdir()
+    marker = tmp_path / "executed"
+    (work / "statistics.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(7)\n")
+    model = tmp_path / "m.onnx"
+    assert run("export", arch_file(), "-o", model).returncode == 0
+    proc = subprocess.run([script, "profile", os.path.relpath(model, work), "--device", device, "--json",
+                           "--store", tmp_path / "s.sqlite"], capture_output=True, text=True, cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] and not marker.exists()

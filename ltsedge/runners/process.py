@@ -41,9 +41,12 @@ class WorkerProcess:
         env = dict(os.environ)
         package_root = str(Path(ltsedge.__file__).resolve().parent.parent)  # find this ltsedge, not another
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        # ``python -m`` puts the working directory first on sys.path: the worker starts in the runner's
+        # own scratch directory, so a statistics.py (or any module) where the user runs ltsedge is never
+        # imported. Model paths are made absolute by the Runner.
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "ltsedge.runners.worker"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, env=env)
+                                         stdout=subprocess.PIPE, stderr=log, env=env, cwd=log_path.parent)
         self._ps = psutil.Process(self.proc.pid)
         try:
             self.hello = self._wait(STARTUP_TIMEOUT_S, None)

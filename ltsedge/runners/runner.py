@@ -128,7 +128,7 @@ class Runner:
         path = Path(model)
         if not path.is_file():
             raise LtsedgeError(f"model file not found: {path}")
-        return path, False
+        return path.resolve(), False  # the worker runs in another directory
 
     def _measure_path(self, path: Path, shapes: dict[str, list[int]] | None) -> Measurement:
         worker = self._ensure_worker()
