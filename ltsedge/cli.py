@@ -33,7 +33,7 @@ app = typer.Typer(
 def space(
     config: Optional[Path] = typer.Option(None, "--config", help="Search-space TOML file (default: the LTS GPT-2 space)."),
     sample: int = typer.Option(0, "--sample", min=0, help="Print N sampled architectures as JSON lines."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for --sample."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for --sample."),
 ) -> None:
     """Describe the search space and its size, or sample architectures from it."""
     from ltsedge.space import SearchSpace
@@ -43,9 +43,11 @@ def space(
         for arch in s.sample(sample, seed=seed):
             typer.echo(arch.to_json())
         return
-    for key, value in s.describe().items():
-        if key == "size":
-            value = f"{value:,} (~10^{s.describe()['size_log10']})"
+    description = s.describe()
+    for key, value in description.items():
+        if key == "size":  # exact while readable; a space of 10^4000 architectures gets its magnitude
+            log10 = description["size_log10"]
+            value = f"{value:,} (~10^{log10})" if log10 < 40 else f"~10^{log10}"
         elif key == "size_log10":
             continue
         typer.echo(f"{key:>20}: {value}")
@@ -169,7 +171,7 @@ def search(
     out: Path = typer.Option(Path("ltsedge-out"), "--out", help="Output directory (also holds the checkpoint)."),
     population: Optional[int] = typer.Option(None, "--population", min=2, help="NSGA-II population size."),
     generations: Optional[int] = typer.Option(None, "--generations", min=1, help="Number of generations."),
-    seed: int = typer.Option(0, "--seed", help="Seed: the same seed samples the same sequence."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed: the same seed samples the same sequence."),
     max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", min=0.0, help="Latency budget."),
     max_memory_mb: Optional[float] = typer.Option(None, "--max-memory-mb", min=0.0, help="Peak-memory budget."),
     min_params: Optional[int] = typer.Option(None, "--min-params", min=0, help="Lowest decoder-parameter count."),
@@ -202,6 +204,10 @@ def search(
     print_summary(result)
     if result.interrupted:
         raise typer.Exit(130)
+    failed = result.failure_reason()
+    if failed:
+        typer.echo(f"error: {failed}", err=True)
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,15 +243,25 @@ def check(
 
 
 # ---------------------------------------------------------------------------------------------
+# click's exception base class, whether typer uses click or (typer >= 0.2x) a vendored copy of it.
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
+    except ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `ltsedge`: the help was printed, as asked
+            sys.exit(0)
+        typer.echo(f"error: {e.format_message()}", err=True)  # a bad option value: one line, like ours
+        sys.exit(2)
     except LtsedgeError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

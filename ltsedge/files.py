@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,3 +44,21 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:  # the message ends with "(at line L, column C)"
         raise LtsedgeError(f"{what} {path}: malformed TOML: {e}") from None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write, fsync, rename: the file is either the old one or the whole new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    try:  # the rename itself reaches the disk with the directory
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

@@ -88,5 +88,10 @@ class Backbone:
     def baseline(self) -> BaselineSpec:
         return BaselineSpec()
 
+    def max_sequence(self, space) -> int | None:
+        """The longest sequence (past included) its models can take: learned position tables end at
+        ``n_positions``; None where positions are relative and unbounded."""
+        return space.n_positions
+
     def __repr__(self) -> str:
         return f"<backbone {self.name}>"

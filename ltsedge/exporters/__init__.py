@@ -49,7 +49,12 @@ class ExportedModel:
         """Write the file (atomically: never a half-written model under the final name); return its
         sha256, computed from the very bytes written (``digest=False`` skips it for scratch files)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.name or path.is_dir():
+            raise LtsedgeError(f"cannot write the model to {str(path)!r}: give a file name, e.g. -o model.onnx")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LtsedgeError(f"cannot create {path.parent}: {e.strerror or e}") from None
         tmp = path.with_name(path.name + ".partial")
         sha = hashlib.sha256() if digest else None
         with open(tmp, "wb") as f:
@@ -74,6 +79,7 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     """
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
+    check_fits_in_memory(arch)
     target = target_for(target_ort)
     model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
     weights = {name: t.detach().numpy() for name, t in model.state_dict().items()}
@@ -84,6 +90,18 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     proto.ir_version = target.ir_version
     add_metadata(proto, arch, target, spec)
     return ExportedModel(arch, target, spec, serialized_parts(proto, initializers.items()))
+
+
+def check_fits_in_memory(arch: Architecture) -> None:
+    """Refuse, before allocating anything, an architecture whose weights alone exceed the memory free now."""
+    import psutil
+
+    needed = count_params(arch).total_params * 4  # fp32
+    available = psutil.virtual_memory().available
+    if needed > available:
+        raise LtsedgeError(f"architecture {arch.id} has {count_params(arch).total_params:.3g} parameters: its weights "
+                           f"need {needed / 2**30:.3g} GiB, more than the {available / 2**30:.3g} GiB of memory "
+                           f"available on this machine")
 
 
 def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget, spec: ExportSpec) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ltsedge.backbones import BaselineSpec
+from ltsedge.backbones import BaselineSpec, get_backbone
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.search.budgets import Budgets
@@ -48,6 +48,10 @@ def resolve(options: SearchOptions):
     if options.sequence is not None:
         profile = profile.replace(sequence=options.sequence)
     space = SearchSpace.load(options.space_file) if options.space_file else preset.space()
+    limit = get_backbone(space.backbone).max_sequence(space)
+    if limit is not None and profile.sequence > limit:
+        raise LtsedgeError(f"sequence {profile.sequence} is longer than the space's n_positions {limit}: no "
+                           f"{space.backbone} model of this space can take it; use --sequence <= {limit}")
     budgets = Budgets(
         max_latency_ms=_first(options.max_latency_ms, profile.max_latency_ms),
         max_memory_mb=_first(options.max_memory_mb, profile.max_memory_mb),

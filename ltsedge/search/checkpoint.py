@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from pymoo.core.population import Population
 
 import ltsedge
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import write_atomically
 
 CHECKPOINT = "checkpoint.json"
 CANDIDATE_LOG = "candidates.jsonl"
@@ -99,24 +99,6 @@ def _restore_algorithm(algorithm, state: dict[str, Any]) -> None:
     algorithm.is_initialized = True
     algorithm.start_time = time.time()
     algorithm._set_optimum()  # noqa: SLF001 - what pymoo does after every generation
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write, fsync, rename: the file is either the old one or the whole new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    try:  # the rename itself reaches the disk with the directory
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------------------------

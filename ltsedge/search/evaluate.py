@@ -23,6 +23,7 @@ from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Runner
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
+from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.store import MeasurementStore
 
 
@@ -72,12 +73,12 @@ class EvaluationStats:
 
 
 class CandidateEvaluator:
-    def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, work_dir: Path,
+    def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         self.target_ort, self.target = target_ort, target_for(target_ort)
-        self.work_dir, self.budgets, self.fresh = work_dir, budgets, fresh
+        self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress
         self.seen: dict[str, Candidate] = {}
         self.stats = EvaluationStats()
@@ -135,16 +136,29 @@ class CandidateEvaluator:
         try:
             for arch in archs:
                 t = time.perf_counter()
-                path = self.work_dir / f"{arch.id}.onnx"
+                path = self._scratch_path(f"{arch.id}.onnx")
                 export_model(arch, target_ort=self.target_ort).save(path, digest=False)
                 paths.append(path)
                 self.stats.export_seconds += time.perf_counter() - t
             measurements = self.runner.measure_many(paths, on_result=lambda i, m: self._keep(archs[i], m))
         finally:
             for path in paths:
-                path.unlink(missing_ok=True)
+                self._drop_scratch(path)
         return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation)
                 for arch, m in zip(archs, measurements)]
+
+    def _scratch_path(self, name: str) -> Path:
+        """Where a candidate's file is written to be measured: the search's recorded .scratch/, or a
+        directory of the caller's."""
+        if isinstance(self.scratch, OutputDir):
+            return self.scratch.path(f"{SCRATCH}/{name}")
+        return Path(self.scratch) / name
+
+    def _drop_scratch(self, path: Path) -> None:
+        if isinstance(self.scratch, OutputDir):
+            self.scratch.remove(f"{SCRATCH}/{path.name}")
+        else:
+            path.unlink(missing_ok=True)
 
     def _keep(self, arch: Architecture, measurement) -> None:
         """Store each figure the moment it exists: an interrupted batch loses nothing it measured."""

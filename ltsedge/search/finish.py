@@ -8,13 +8,13 @@ machine whose speed drifts, not two.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.search.baseline import baseline_architectures, compare
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, publish
+from ltsedge.search.outdir import OutputDir
 
 
 @dataclass
@@ -23,14 +23,14 @@ class Finished:
     baseline: list[dict]  # one comparison row per baseline model
 
 
-def finish(front: list[Candidate], settings, profile: DeviceProfile, store, out_dir: Path, work_dir: Path, *,
+def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
            runner_factory, log, with_baseline: bool = True) -> Finished:
     careful = strict(profile)
     with runner_factory(careful, log=log) as runner:
-        published = publish(front, runner, out_dir / "models", settings.budgets, settings.target_ort, log=log)
+        published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log)
         baseline: list[Candidate] = []
         if with_baseline and settings.baseline is not None:
-            evaluator = CandidateEvaluator(careful, runner, store, work_dir, Budgets(),
+            evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
                                            target_ort=settings.target_ort, fresh=True)
             baseline = evaluator.evaluate(baseline_architectures(settings.baseline, settings.space), generation=-1)
     return Finished(published, compare(baseline, [p.candidate for p in published]))

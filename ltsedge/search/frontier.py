@@ -20,6 +20,7 @@ from ltsedge.files import sha256_of
 from ltsedge.runners import Runner
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate
+from ltsedge.search.outdir import MODELS, OutputDir
 
 
 def objectives(candidates: list[Candidate]) -> np.ndarray:
@@ -74,29 +75,34 @@ class PublishedModel:
     sha256: str
 
 
-def publish(front: list[Candidate], runner: Runner, models_dir: Path, budgets: Budgets,
+def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
             target_ort: str | None = None, log=print) -> list[PublishedModel]:
-    """Write, re-measure and verify the frontier models; return the front recomputed on the new figures."""
-    models_dir.mkdir(parents=True, exist_ok=True)
-    for stale in models_dir.glob("*.onnx"):  # an earlier (restarted or interrupted) search's models
-        stale.unlink()
+    """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
+
+    Models an earlier (restarted or interrupted) search of this directory published are removed;
+    only files the manifest records as ltsedge's are ever touched."""
+    keep = {f"{MODELS}/{c.arch.id}.onnx" for c in front}
+    for stale in outdir.files_under(MODELS):
+        if stale not in keep:
+            outdir.remove(stale)
     written = []
     for c in front:
-        path = models_dir / f"{c.arch.id}.onnx"
-        sha = export_model(c.arch, target_ort=target_ort).save(path)
-        written.append((c, path, sha))
-    remeasured = runner.measure_many([path for _, path, _ in written])
+        rel = f"{MODELS}/{c.arch.id}.onnx"
+        sha = export_model(c.arch, target_ort=target_ort).save(outdir.path(rel))
+        written.append((c, rel, sha))
+    remeasured = runner.measure_many([outdir.root / rel for _, rel, _ in written])
     published = []
-    for (c, path, sha), m in zip(written, remeasured):
+    for (c, rel, sha), m in zip(written, remeasured):
         record = m.to_dict()
         if not record.get("ok"):
             log(f"warning: {c.arch.id} failed its final measurement ({record.get('error')}); keeping the search figures")
             record = {**c.measurement, "final_measurement_error": record.get("error")}
-        published.append(PublishedModel(Candidate(c.arch, c.params, record, "final", c.generation), path, sha))
+        published.append(PublishedModel(Candidate(c.arch, c.params, record, "final", c.generation),
+                                        outdir.root / rel, sha))
     kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in published], budgets)}
     for p in published:
-        if p.candidate.arch.id not in kept_ids:
-            p.path.unlink(missing_ok=True)  # dominated once measured strictly
+        if p.candidate.arch.id not in kept_ids:  # dominated once measured strictly
+            outdir.remove(p.path.relative_to(outdir.root).as_posix())
     published = [p for p in published if p.candidate.arch.id in kept_ids]
     for p in published:
         verify_sha256(p.path, p.sha256)

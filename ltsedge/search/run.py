@@ -9,8 +9,8 @@ their re-measured costs (``finish.py``) and the outputs are written (``report.py
 
 from __future__ import annotations
 
-import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -24,7 +24,6 @@ import ltsedge
 from ltsedge.backbones import BaselineSpec
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
-from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.search import report
@@ -42,6 +41,7 @@ from ltsedge.search.checkpoint import (
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
 from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel, pareto_front
+from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.problem import ArchitectureProblem, make_operators
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
@@ -83,6 +83,14 @@ class SearchResult:
     budgets: Budgets
     interrupted: bool = False
 
+    def failure_reason(self) -> str | None:
+        """Why no candidate could be measured, when none could (None when any was)."""
+        if not self.candidates or any(c.ok for c in self.candidates):
+            return None
+        reasons = Counter(c.measurement.get("error") or "unknown" for c in self.candidates)
+        reason, count = reasons.most_common(1)[0]
+        return f"no candidate could be measured ({count} of {len(self.candidates)}: {reason})"
+
 
 class SearchRun:
     def __init__(self, settings: SearchSettings, profile: DeviceProfile, out_dir: Path, store: MeasurementStore, *,
@@ -95,16 +103,18 @@ class SearchRun:
         self.elapsed_before = 0.0  # wall time of the runs this one resumes
 
     def run(self) -> SearchResult:
+        with OutputDir(self.out_dir) as outdir:  # locked: one search per directory at a time
+            return self._run(outdir)
+
+    def _run(self, outdir: OutputDir) -> SearchResult:
         started = time.time()
-        self._prepare_out_dir()
-        work_dir = self.out_dir / ".scratch"
-        work_dir.mkdir(parents=True, exist_ok=True)
+        self._clear(outdir)
         interrupted = False
         with self.runner_factory(self.profile, log=self.log) as runner:
             fingerprint = runner.fingerprint()
             identity = identity_hash(self.settings.identity(self.profile, fingerprint))
             evaluator = CandidateEvaluator(
-                self.profile, runner, self.store, work_dir, self.settings.budgets,
+                self.profile, runner, self.store, outdir, self.settings.budgets,
                 target_ort=self.settings.target_ort, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick,
             )
@@ -123,14 +133,20 @@ class SearchRun:
             self.progress.stop()
         candidates = evaluator.candidates()
         finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
-                          self.out_dir, work_dir, runner_factory=self.runner_factory, log=self.log,
-                          with_baseline=not interrupted)
-        shutil.rmtree(work_dir, ignore_errors=True)
+                          outdir, runner_factory=self.runner_factory, log=self.log, with_baseline=not interrupted)
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline,
                               self._summary(evaluator, len(finished.frontier), started, interrupted),
                               self.settings.budgets, interrupted)
         report.write_outputs(result)
         return result
+
+    def _clear(self, outdir: OutputDir) -> None:
+        """Scratch files a killed run left, and with --restart the state it would have resumed from."""
+        for rel in outdir.files_under(SCRATCH):
+            outdir.remove(rel)
+        if self.restart:
+            for name in (CHECKPOINT, CANDIDATE_LOG):
+                outdir.remove(name)
 
     # --- evolution -----------------------------------------------------------------------------
     def _algorithm(self, evaluator: CandidateEvaluator, identity: str) -> NSGA2:
@@ -164,16 +180,6 @@ class SearchRun:
     def _tick(self) -> None:
         if self.progress:
             self.progress.candidate_done()
-
-    # --- output directory ----------------------------------------------------------------------
-    def _prepare_out_dir(self) -> None:
-        if self.restart and self.out_dir.exists():
-            for name in (CHECKPOINT, CANDIDATE_LOG):
-                (self.out_dir / name).unlink(missing_ok=True)
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise LtsedgeError(f"cannot create output directory {self.out_dir}: {e.strerror or e}") from None
 
     def _summary(self, evaluator: CandidateEvaluator, frontier_size: int, started: float, interrupted: bool) -> dict:
         return {
