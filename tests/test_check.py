@@ -669,3 +669,20 @@ def test_cli_budgets_file_without_model_arguments(models):
     assert "skipped" in out.stdout and "no budgets for device 'fast'" in out.stdout
     suite = ET.parse(sub / "r.xml").getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("2", "1", "0")
+
+
+def test_a_previous_model_is_claimed_once_by_its_strongest_match(tmp_path, fast, monkeypatch):
+    """x/model.onnx is in the run and matched by path: y/model.onnx must not be compared with it by name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    fake_files(tmp_path, "x/model.onnx", "y/model.onnx")
+    fp = fake_fingerprint(fast)
+    prev = write_json(tmp_path, json.dumps({"model": "x/model.onnx", "ok": True, "latency_ms": 5.0,
+                                            "peak_memory_mb": 100.0, "fingerprint": fp}), "previous.json")
+    fake = FakeMeasure({"model.onnx": meas(15.0, 100.0)})  # both files measure 15 ms
+    report = check(["y/model.onnx", "x/model.onnx"], fast, fake, max_latency_ms=50, against=prev)
+    ry, rx = report.results
+    assert rx.matched_by == "path" and ry.matched_by is None
+    assert [c.kind for c in ry.checks] == ["budget"]  # not a +200% "regression" of another model
+    assert verdicts(report)[("model.onnx", "latency vs previous")] == "FAIL"  # x itself did regress: 5 -> 15 ms

@@ -7,7 +7,8 @@ Accepted files:
   - several of those, as a JSON array or one object per line (``ltsedge profile --json >> prev.jsonl``).
 
 A model is matched to a previous entry by its path as given (normalised), else by sha256, else by
-ltsedge architecture id, else by file name when exactly one previous entry has that name.
+ltsedge architecture id, else by file name when exactly one previous entry has that name; each
+previous model is claimed once, by its strongest match among the models of the run.
 
 Measurements from another machine (a different ``fingerprint_hash``) or with other workload or
 runtime settings are refused unless ``force``: comparing them would report the machine, not the model.
@@ -55,23 +56,40 @@ class Previous:
             out.setdefault(fingerprint_hash(e.fingerprint), e.fingerprint)
         return out
 
+    def match_all(self, models: list[tuple[str, str | None, str | None]]
+                  ) -> list[tuple[PreviousEntry | None, str | None]]:
+        """For each (model path, sha256, architecture id): its previous entry and how it was matched
+        ("path", "sha256", "architecture id", "file name"), or (None, None).
+
+        Matching goes tier by tier over all models, strongest first, and a previous model is claimed
+        once: ``y/model.onnx`` is never compared with ``x/model.onnx`` by file name when
+        ``x/model.onnx`` is itself in this run, matched by its path.
+        """
+        tiers = (
+            ("path", lambda e, path, sha, arch: normalise(e.model) == path),
+            ("sha256", lambda e, path, sha, arch: sha is not None and e.sha256 == sha),
+            ("architecture id", lambda e, path, sha, arch: arch is not None and e.architecture_id == arch),
+            ("file name", lambda e, path, sha, arch: PurePosixPath(normalise(e.model)).name == PurePosixPath(path).name),
+        )
+        result: list[tuple[PreviousEntry | None, str | None]] = [(None, None)] * len(models)
+        claimed: set[str] = set()  # previous models (normalised paths) already matched
+        for how, fits in tiers:
+            for i, (model, sha, arch) in enumerate(models):
+                if result[i][0] is not None:
+                    continue
+                path = normalise(model)
+                found = [e for e in self.entries if normalise(e.model) not in claimed and fits(e, path, sha, arch)]
+                # by file name only when it is unambiguous: one previous model of that name
+                if found and (how != "file name" or len({normalise(e.model) for e in found}) == 1):
+                    entry = found[-1]  # several (appended JSON lines): the newest, the last one
+                    result[i] = (entry, how)
+                    claimed.add(normalise(entry.model))
+        return result
+
     def match(self, model: str, sha256: str | None, architecture_id: str | None
               ) -> tuple[PreviousEntry | None, str | None]:
-        """The previous entry for a model and how it was matched ("path", "sha256", ...), or (None, None)."""
-        key = normalise(model)
-        tiers = (
-            ("path", [e for e in self.entries if normalise(e.model) == key]),
-            ("sha256", [e for e in self.entries if sha256 and e.sha256 == sha256]),
-            ("architecture id", [e for e in self.entries if architecture_id and e.architecture_id == architecture_id]),
-        )
-        for how, found in tiers:
-            if found:
-                return found[-1], how  # several (appended JSON lines): the newest, the last one
-        name = PurePosixPath(key).name
-        by_name = [e for e in self.entries if PurePosixPath(normalise(e.model)).name == name]
-        if len({normalise(e.model) for e in by_name}) == 1:
-            return by_name[-1], "file name"
-        return None, None
+        """The previous entry of one model on its own (see ``match_all``)."""
+        return self.match_all([(model, sha256, architecture_id)])[0]
 
 
 def normalise(model: str) -> str:

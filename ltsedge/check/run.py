@@ -64,8 +64,10 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     _check_cli_shapes(shapes or {}, infos)
     jobs = [(t.path, model_shapes(t, info, shapes or {}, profile)) for t, info in zip(targets, infos, strict=True)]
 
-    results = [_result(t, info, job_shapes, previous, float(max_regression))
-               for t, info, (_, job_shapes) in zip(targets, infos, jobs, strict=True)]
+    matches = (previous.match_all([(t.display, i.sha256, i.architecture_id) for t, i in zip(targets, infos)])
+               if previous else [(None, None)] * len(targets))
+    results = [_result(t, info, job_shapes, previous, match, float(max_regression))
+               for t, info, (_, job_shapes), match in zip(targets, infos, jobs, matches, strict=True)]
     measure = measure or measure_with_runner
     log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")
     for result, m in zip(results, measure(profile, jobs), strict=True):
@@ -96,14 +98,14 @@ def _stderr(line: str) -> None:
 
 
 def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | None,
-            max_regression: float) -> ModelResult:
+            match: tuple, max_regression: float) -> ModelResult:
     checks = [Check(target.display, metric, "budget", target.budgets.get(key), target.budgets.sources[key])
               for key, metric in BUDGET_KEYS.items() if target.budgets.get(key) is not None]
     result = ModelResult(target=target, sha256=info.sha256, architecture_id=info.architecture_id, shapes=shapes,
                          checks=checks)
     if previous is None:
         return result
-    entry, how = previous.match(target.display, info.sha256, info.architecture_id)
+    entry, how = match
     if entry is None:
         result.notes.append(f"not in {previous.path}: no regression check")
         return result
