@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -282,7 +283,7 @@ def test_budgets_file_paths_are_relative_to_it_and_models_without_this_device_ar
     assert [m for m, _ in report.skipped] == ["c.onnx"]  # shown relative to the working directory
     assert report.results[0].target.budgets.sources["max_latency_ms"] == str(budget_models)
     suite = junit_suite(report, tmp_path)
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), skipped_cases(suite)) == ("4", "1", 1)
 
 
 def test_budget_precedence_file_then_flags_then_profile(budget_models, fast, tmp_path):
@@ -469,14 +470,26 @@ def test_malformed_against_file_is_bad_input(tmp_path, fast, text, message):
 # ---------------------------------------------------------------------------------------------
 # Reports
 # ---------------------------------------------------------------------------------------------
+JUNIT_SCHEMA = Path(__file__).parent / "data" / "junit-10.xsd"
+
+
 def junit_suite(report, tmp_path):
+    """The report's root, after checking it against Jenkins' junit-10.xsd and its totals against its suites."""
+    import xmlschema
+
     path = tmp_path / "out" / "report.xml"
     report.write_junit(path)
+    xmlschema.XMLSchema(str(JUNIT_SCHEMA)).validate(str(path))
     root = ET.parse(path).getroot()
-    assert root.tag == "testsuites"
-    suite = root.find("testsuite")
-    assert suite.get("name") == "ltsedge check"
-    return suite
+    assert root.tag == "testsuites" and root.get("name") == "ltsedge check"
+    suites = root.findall("testsuite")
+    for key in ("tests", "failures", "errors"):
+        assert int(root.get(key)) == sum(int(s.get(key)) for s in suites)
+    return root
+
+
+def skipped_cases(root):
+    return sum(1 for case in root.iter("testcase") if case.find("skipped") is not None)
 
 
 def junit_cases(report, tmp_path):
@@ -493,8 +506,8 @@ def test_junit_counts_and_structure(tmp_path, fast):
     cases = list(suite.iter("testcase"))
     failures = [x for x in cases if x.find("failure") is not None]
     errors = [x for x in cases if x.find("error") is not None]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
-        str(len(cases)), str(len(failures)), str(len(errors)), "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), skipped_cases(suite)) == (
+        str(len(cases)), str(len(failures)), str(len(errors)), 0)
     assert (len(cases), len(failures), len(errors)) == (6, 3, 2)
     assert {x.get("classname") for x in cases} == {"ltsedge.check.fast"}
     assert {x.get("name") for x in cases} == {f"{p} {m}" for p in (a.as_posix(), b.as_posix(), c.as_posix())
@@ -503,10 +516,13 @@ def test_junit_counts_and_structure(tmp_path, fast):
     assert failure.get("type") == "BudgetExceeded" and failure.get("message") == "latency 60.0 ms > budget 50.0 ms"
     assert "median 60.0 ms" in failure.text
     assert all(x.find("system-out") is not None for x in cases)
-    root = ET.parse(tmp_path / "out" / "report.xml").getroot()
-    assert root.get("tests") == suite.get("tests") and float(suite.get("time")) >= 0
-    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert float(suite.get("time")) >= 0 and "skipped" not in suite.attrib  # junit-10.xsd: no skipped here
+    by_model = {s.get("name").rsplit("/", 1)[-1]: s for s in suite.findall("testsuite")}
+    props = {p.get("name"): p.get("value") for p in by_model["b.onnx"].iter("property")}
     assert props["device"] == "fast" and props["fingerprint"] == fingerprint_hash(fake_fingerprint(fast))
+    assert float(props["latency_ms"]) == 60.0 and float(props["peak_memory_mb"]) == 100.0  # measured figures
+    assert props["sha256"] == report.results[1].sha256
+    assert "latency_ms" not in {p.get("name") for p in by_model["c.onnx"].iter("property")}  # not measured
 
 
 def test_json_report_is_serialisable_and_complete(tmp_path, fast, capsys):
@@ -598,16 +614,16 @@ def test_cli_pass_fail_junit_and_json(models):
     out = cli("tiny.onnx", "chain.onnx", "--device", "fast.toml", "--max-latency-ms", 1000, "--max-memory-mb", 4096,
               "--junit", "r/report.xml", rc=0, cwd=models)
     assert "PASSED" in out.stdout and "tiny.onnx" in out.stdout
-    suite = ET.parse(models / "r/report.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "0", "0")
+    root = ET.parse(models / "r/report.xml").getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "0", "0")
     out = cli("tiny.onnx", "broken.onnx", "--device", "fast.toml", "--max-latency-ms", 1e-6, "--json",
               "--junit", "fail.xml", rc=1, cwd=models)
     data = json.loads(out.stdout)
     assert data["passed"] is False and data["exit_code"] == 1
     assert [r["verdicts"]["latency"] for r in data["results"]] == ["FAIL", "ERROR"]
     assert "failed to load" in data["results"][1]["error"]
-    suite = ET.parse(models / "fail.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
+    root = ET.parse(models / "fail.xml").getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "1", "1")
 
 
 def test_cli_regression_round_trip_and_fingerprints(models):
@@ -667,8 +683,8 @@ def test_cli_budgets_file_without_model_arguments(models):
     sub.mkdir()
     out = cli("--budgets", "../budgets.toml", "--device", "../fast.toml", "--junit", "r.xml", rc=0, cwd=sub)
     assert "skipped" in out.stdout and "no budgets for device 'fast'" in out.stdout
-    suite = ET.parse(sub / "r.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("2", "1", "0")
+    root = ET.parse(sub / "r.xml").getroot()
+    assert (root.get("tests"), skipped_cases(root), root.get("failures")) == ("2", 1, "0")
 
 
 def test_a_previous_model_is_claimed_once_by_its_strongest_match(tmp_path, fast, monkeypatch):
