@@ -91,9 +91,15 @@ class MeasurementStore:
     """A SQLite file of measurements. Use as a context manager, or call close()."""
 
     def __init__(self, path: str | Path | None = None) -> None:
+        explicit = path is not None or bool(os.environ.get(ENV_VAR))
         self.path = Path(path).expanduser() if path is not None else default_store_path()
         self._conn: sqlite3.Connection | None = None
-        _make_parent(self.path)
+        if explicit:  # a path the user typed: a typo must not silently start an empty store elsewhere
+            if not self.path.parent.is_dir():
+                raise LtsedgeError(f"the directory of the measurement store {self.path} does not exist; "
+                                   f"create it, or pass another --store")
+        else:
+            _make_parent(self.path)
         try:
             with _sqlite_errors(self.path):
                 # Autocommit: every write is one statement, so no transaction is held while measuring.

@@ -169,7 +169,11 @@ def test_uncertainty_of_latency_and_memory():
     # a limit below the fastest run is never marginal, however noisy the runs
     wild = meas(1.0, cv=5.0, runs=8, converged=False, p90=50.0, low=0.8)
     assert not is_marginal("latency", wild, 1e-6, 0.02) and is_marginal("latency", wild, 3.0, 0.02)
-    assert uncertainty("memory", meas(memory=50.0), 0.02) == 2.0  # 2 MB floor
+    assert uncertainty("memory", meas(memory=50.0), 0.02) == 2.0  # 2 MB floor after other models
+    fresh = meas(memory=5.0)
+    fresh.memory_method = "fresh_process"
+    assert uncertainty("memory", fresh, 0.02) == 0.25  # a model measured first in its own worker
+    assert not is_marginal("memory", fresh, 5.5, 0.02)  # +10% is a real regression, not noise
     assert uncertainty("memory", meas(memory=500.0), 0.02) == 10.0  # 2%
     assert is_marginal("memory", meas(memory=500.0), 509.0, 0.02)
     assert not is_marginal("memory", meas(memory=500.0), 511.0, 0.02)
@@ -556,14 +560,16 @@ def test_real_models_pass_and_fail(models, fast):
 
 
 def test_real_marginal_memory_is_remeasured(models, fast):
-    """A tiny model's peak memory is a few MB at most: a 1 MB budget is within the 2 MB noise band."""
+    """A budget a tenth of a MB above the model's measured peak is within its noise band: measured again."""
     calls = []
 
     def spy(profile, jobs):
         calls.append(profile)
         return measure_with_runner(profile, jobs)
 
-    report = run_check(["chain.onnx"], fast, max_memory_mb=1.0, measure=spy, log=quiet)
+    (first,) = measure_with_runner(fast, [(models / "chain.onnx", {})])
+    assert first.ok and first.memory_method == "fresh_process"
+    report = run_check(["chain.onnx"], fast, max_memory_mb=first.peak_memory_mb + 0.1, measure=spy, log=quiet)
     c = report.results[0].checks[0]
     assert len(calls) == 2 and calls[1].min_runs == 2 * fast.min_runs
     assert c.marginal and c.remeasured and c.verdict in ("marginal pass", "marginal fail")

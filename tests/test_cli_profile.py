@@ -92,7 +92,7 @@ def test_devices_lists_the_builtin_profiles():
 def test_a_failure_caused_by_a_limit_is_not_answered_from_the_store(tmp_path, arch_file):
     """A timeout under one profile must not be served when a profile with a generous timeout asks."""
     short, long_ = tmp_path / "short.toml", tmp_path / "long.toml"
-    short.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "short"') + "[limits]\ntimeout_s = 0.05\n")
+    short.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "short"') + "[limits]\ntimeout_s = 0.001\n")
     long_.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "long"') + "[limits]\ntimeout_s = 600\n")
     store = tmp_path / "s.sqlite"
     failed = run("profile", arch_file(), "--device", short, "--json", "--store", store)

@@ -147,3 +147,32 @@ def test_sensors_read_never_raise():
     assert isinstance(readings["load_avg"], float) == isinstance(read_load_avg(), float)
     assert set(Sensors().read()) == {"load_avg", "cpu_freq_mhz", "temperature_c", "throttled"}
     assert Sensors(MACHINES / "rpi5").temperature_c() == pytest.approx(71.5)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"sys/fs/cgroup/cpu.max": "max 100000\n"}, None),
+    ({"sys/fs/cgroup/cpu.max": "150000 100000\n"}, 1.5),
+    ({"proc/self/cgroup": "0::/ci/job\n", "sys/fs/cgroup/ci/job/cpu.max": "200000 100000\n",
+      "sys/fs/cgroup/cpu.max": "max 100000\n"}, 2.0),
+    ({"sys/fs/cgroup/cpu/cpu.cfs_quota_us": "50000\n", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
+    ({"sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"sys/fs/cgroup/cpu.max": "garbage"}, None),
+])
+def test_cgroup_cpu_quota_is_part_of_the_identity(tmp_path, files, expected):
+    shutil.copytree(MACHINES / "x86", tmp_path, dirs_exist_ok=True)
+    plain = machine_fingerprint(root=tmp_path)
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    fp = machine_fingerprint(root=tmp_path)
+    assert fp["cpu_quota"] == expected
+    # A quota changes the machine a figure was measured on; no quota leaves the hash as it was.
+    assert (fingerprint_hash(fp) == fingerprint_hash(plain)) == (expected is None)
+
+
+def test_gpu_model_joins_the_identity_only_when_known():
+    fp = fp_of("x86")
+    assert fp["gpu_model"] is None
+    assert fingerprint_hash({**fp, "gpu_model": "NVIDIA H100 80GB HBM3"}) != fingerprint_hash(fp)
+    assert fingerprint_hash({**fp, "gpu_model": None}) == fingerprint_hash({k: v for k, v in fp.items()
+                                                                           if k != "gpu_model"})

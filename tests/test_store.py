@@ -38,9 +38,10 @@ def db(tmp_path: Path):
 
 def test_env_var_overrides_default_location(tmp_path, monkeypatch):
     target = tmp_path / "deep" / "er" / "store.sqlite"
+    target.parent.mkdir(parents=True)  # a path the user names must exist (see below)
     monkeypatch.setenv("LTSEDGE_STORE", str(target))
     assert default_store_path() == target
-    with MeasurementStore() as s:  # None -> default path; parent directories are created
+    with MeasurementStore() as s:  # None -> the default path, here from the variable
         put(s, KEY, SUCCESS)
         assert s.path == target
     assert target.is_file()
@@ -288,11 +289,13 @@ def test_older_schema_is_migrated(tmp_path, monkeypatch):
     conn.close()
 
 
-def test_directory_that_cannot_be_created(tmp_path):
+def test_default_directory_that_cannot_be_created(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("a file where a directory should be")
+    monkeypatch.delenv("LTSEDGE_STORE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     with pytest.raises(LtsedgeError, match="cannot create the measurement store directory .*--store PATH"):
-        MeasurementStore(blocker / "sub" / "m.sqlite")
+        MeasurementStore()
 
 
 def test_path_that_is_a_directory(tmp_path):
@@ -377,3 +380,16 @@ def test_a_row_that_is_not_json_is_one_line_error(tmp_path):
             s.get(*KEY)
         with pytest.raises(LtsedgeError, match="not valid JSON"):
             s.rows()
+
+
+def test_a_store_in_a_missing_directory_is_refused_but_the_default_cache_is_created(tmp_path, monkeypatch):
+    with pytest.raises(LtsedgeError, match="does not exist; create it"):
+        MeasurementStore(tmp_path / "typo" / "m.sqlite")
+    assert not (tmp_path / "typo").exists()
+    monkeypatch.setenv("LTSEDGE_STORE", str(tmp_path / "also-typo" / "m.sqlite"))
+    with pytest.raises(LtsedgeError, match="does not exist"):
+        MeasurementStore()
+    monkeypatch.delenv("LTSEDGE_STORE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with MeasurementStore() as s:  # the default location is ltsedge's to create
+        assert s.path == tmp_path / "cache" / "ltsedge" / "measurements.sqlite" and s.path.exists()

@@ -180,12 +180,13 @@ def _check_cli_shapes(cli: dict[str, list[int]], infos: list[ModelInfo]) -> None
 
 
 def measure_with_runner(profile: DeviceProfile, jobs: list[tuple[Path, dict[str, list[int]]]]) -> list[Measurement]:
-    """Measure in one onnxruntime worker, models with the same shapes together (cool-down, drift check)."""
+    """Measure each model in a fresh onnxruntime worker (its memory figure is then the tightest), models
+    with the same shapes together (cool-down, drift check)."""
     groups: dict[str, list[int]] = {}
     for i, (_, shapes) in enumerate(jobs):
         groups.setdefault(json.dumps(shapes, sort_keys=True), []).append(i)
     out: list[Measurement | None] = [None] * len(jobs)
-    with Runner(profile) as runner:
+    with Runner(profile, fresh_worker_per_model=True) as runner:  # each model's peak memory on its own
         for indices in groups.values():
             shapes = jobs[indices[0]][1] or None
             for i, m in zip(indices, runner.measure_many([jobs[i][0] for i in indices], shapes=shapes), strict=True):

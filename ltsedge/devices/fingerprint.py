@@ -48,6 +48,10 @@ PARTS = {
 # Profile settings and the onnxruntime version are keyed separately by the store.
 IDENTITY = ("arch", "cpu_model", "board", "cpu_implementer", "cpu_part", "logical_cores", "physical_cores",
             "memory_total_gb", "system")
+# Identity fields that most machines do not have: hashed only when present, so adding them left the
+# fingerprints of machines without them unchanged. A CPU quota (cgroups) limits the cores a process
+# gets, a GPU is what a CUDA profile measures.
+OPTIONAL_IDENTITY = ("cpu_quota", "gpu_model")
 PI_THROTTLED_NOW = 0xF  # get_throttled bits 0-3: under-voltage, frequency capped, throttled, soft limit
 
 
@@ -70,8 +74,12 @@ def machine_fingerprint(profile: Any = None, root: Path = ROOT) -> dict[str, Any
         "os": f"{platform.system()} {platform.release()}".strip(),
         "python": platform.python_version(),
         "onnxruntime": _onnxruntime_version(),
+        "cpu_quota": _cpu_quota(root),
+        "gpu_model": None,
     }
     if profile is not None:
+        if profile.execution_provider == "CUDAExecutionProvider":
+            fp["gpu_model"] = _gpu_model(int(profile.provider_options.get("device_id", 0)))
         fp["execution_provider"] = profile.execution_provider
         fp["settings"] = profile.settings()
         fp["settings_hash"] = profile.settings_hash()
@@ -81,7 +89,53 @@ def machine_fingerprint(profile: Any = None, root: Path = ROOT) -> dict[str, Any
 def fingerprint_hash(fp: dict[str, Any]) -> str:
     """Short stable hash of the identity fields: same hardware and OS family, same hash."""
     identity = {k: fp.get(k) for k in IDENTITY}
+    identity.update({k: fp[k] for k in OPTIONAL_IDENTITY if fp.get(k) is not None})
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# cgroup CPU quota, GPU
+# ---------------------------------------------------------------------------------------------
+def _cpu_quota(root: Path) -> float | None:
+    """Cores this process may use under a cgroup CPU quota (containers, CI runners); None when unlimited."""
+    own = _read_text(root / "proc/self/cgroup") or ""
+    v2 = next((line[3:].strip() for line in own.splitlines() if line.startswith("0::")), "")
+    for path in ([f"sys/fs/cgroup{v2.rstrip('/')}/cpu.max"] if v2 else []) + ["sys/fs/cgroup/cpu.max"]:
+        text = _read_text(root / path)
+        if text:
+            fields = text.split()  # "max 100000" or "150000 100000": quota and period in microseconds
+            return None if fields[0] == "max" or len(fields) < 2 else _ratio(fields[0], fields[1])
+    quota = _read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_quota_us")  # cgroup v1
+    period = _read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    return _ratio(quota, period) if quota and period else None
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota.strip()), int(period.strip())
+    except ValueError:
+        return None
+    return round(q / p, 2) if q > 0 and p > 0 else None
+
+
+def _gpu_model(device_id: int) -> str | None:
+    """The GPU's name (NVML, else nvidia-smi); None where neither answers."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(device_id))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - no pynvml or no driver: try the command
+        pass
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(device_id)],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

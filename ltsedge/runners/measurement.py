@@ -31,6 +31,9 @@ class Measurement:
     peak_memory_mb: float | None = None
     weights_mb: float | None = None
     device_peak_memory_mb: float | None = None
+    # How the peak was isolated: "fresh_process" (the model was the worker's first) or "reset_peak"
+    # (the worker's peak counter was reset after earlier models; a little less precise on small models).
+    memory_method: str | None = None
     # Where the time went: creating the session vs warm-up and timed runs.
     load_seconds: float = 0.0
     inference_seconds: float = 0.0

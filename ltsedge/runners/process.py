@@ -38,6 +38,7 @@ class WorkerProcess:
         if os.name != "posix":
             raise LtsedgeError("measuring needs Linux or macOS (the worker's pipe is waited on with select)")
         self.log_path = log_path
+        self.served = 0  # models measured so far
         env = dict(os.environ)
         package_root = str(Path(ltsedge.__file__).resolve().parent.parent)  # find this ltsedge, not another
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
