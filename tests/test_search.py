@@ -216,3 +216,18 @@ def test_progress_display_and_summary(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "measured" in proc.stderr and "front" in proc.stderr and "HV" in proc.stderr
     assert "Pareto frontier" in proc.stdout and "ltsedge search done" in proc.stdout
+
+
+def test_a_log_left_before_the_first_checkpoint_is_refused_under_other_settings(tmp_path):
+    """Killed during generation 1 (a log, no checkpoint yet), then re-run with another workload: the old
+    log's figures must not be taken as this run's measurements."""
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    base = ["search", "--preset", "smoke", "--generations", 1, "--out", out, "--store", store, "--quiet", "--no-baseline"]
+    assert run_cli(*base).returncode == 0
+    (out / "checkpoint.json").unlink()
+    assert read_jsonl(out / "candidates.jsonl")
+    other = run_cli(*base, "--sequence", 8)
+    assert other.returncode == 2 and "candidates.jsonl was written by a search with different settings" in other.stderr
+    again = run_cli(*base)  # the same settings: the log is this run's, nothing is measured again
+    assert again.returncode == 0, again.stderr
+    assert "re-using what was measured" in again.stderr
