@@ -121,12 +121,14 @@ def profile(
     fresh: bool = typer.Option(False, "--fresh", help="Measure again even if the store has this measurement."),
     shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="For ARCH.json: onnxruntime version to export for."),
+    variant: str = typer.Option("forward", "--variant", help="For ARCH.json: forward (one full pass) or generate "
+                                "(KV cache: prefill and per-token decode are timed)."),
 ) -> None:
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
     result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
-                           target_ort=target_ort)
+                           target_ort=target_ort, variant=variant)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:
@@ -143,7 +145,11 @@ def _print_profile(r: dict) -> None:
     if not r["ok"]:
         table.add_row("error", str(r["error"]))
     else:
-        table.add_row("latency (median)", f"{r['latency_ms']:.2f} ms")
+        if r.get("decode_latency_ms") is not None:
+            table.add_row("prefill (median)", f"{r['prefill_latency_ms']:.2f} ms")
+            table.add_row("decode per token (median)", f"{r['decode_latency_ms']:.3f} ms")
+            table.add_row("KV cache", f"{r['kv_cache_mb']:.2f} MB")
+        table.add_row("latency (median)", f"{r['latency_ms']:.2f} ms" + (" (decode)" if r.get("decode_latency_ms") else ""))
         table.add_row("latency p90", f"{r['latency_p90_ms']:.2f} ms")
         table.add_row("latency min", f"{r['latency_min_ms']:.2f} ms")
         table.add_row("coefficient of variation", f"{100 * r['latency_cv']:.1f} % over {r['runs']} runs"
@@ -219,6 +225,10 @@ def check(
     device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
     max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", min=0.0, help="Latency budget (median)."),
     max_memory_mb: Optional[float] = typer.Option(None, "--max-memory-mb", min=0.0, help="Peak-memory budget."),
+    max_prefill_ms: Optional[float] = typer.Option(None, "--max-prefill-ms", min=0.0,
+                                                   help="Prompt prefill budget (generate models)."),
+    max_decode_ms: Optional[float] = typer.Option(None, "--max-decode-ms", min=0.0,
+                                                  help="Per-token decode budget (generate models)."),
     budgets: Optional[Path] = typer.Option(None, "--budgets", help="TOML naming models and their budgets per device."),
     shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
     against: Optional[Path] = typer.Option(None, "--against", help="Previous `check --json` or `profile --json` output."),
@@ -231,6 +241,7 @@ def check(
     from ltsedge.check import run_check
 
     report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
+                       max_prefill_ms=max_prefill_ms, max_decode_ms=max_decode_ms,
                        budgets_file=budgets, shapes=parse_shape_options(shape), against=against,
                        max_regression=max_regression, force=force)
     if as_json:

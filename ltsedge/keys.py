@@ -32,20 +32,23 @@ def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT) -> str:
     return arch_key(arch.id, settings)
 
 
-def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | None = None
-                    ) -> tuple[str, str, str, str]:
+def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | None = None,
+                    variant: str = DEFAULT_VARIANT) -> tuple[str, str, str, str]:
     """The store's full key: model, machine, measurement settings (with any input shapes that replace
-    the profile's workload), onnxruntime version."""
-    return (model_key, fingerprint_hash(fingerprint), settings_hash(measurement_settings(profile, shapes)),
+    the profile's workload, and the cache length of a generate model's decode), onnxruntime version."""
+    return (model_key, fingerprint_hash(fingerprint), settings_hash(measurement_settings(profile, shapes, variant)),
             fingerprint.get("onnxruntime", ""))
 
 
-def measurement_settings(profile, shapes: dict | None = None) -> dict[str, Any]:
-    """What decides a measured figure besides the model and the machine: the profile's settings and
-    the input shapes, when given (the profile's own workload otherwise; keys of that case predate shapes)."""
+def measurement_settings(profile, shapes: dict | None = None, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
+    """What decides a measured figure besides the model and the machine: the profile's settings, the
+    input shapes when given, the decode context for a generate model (keys of the forward variant at the
+    profile's own workload predate both, and stay as they were)."""
     settings = profile.settings()
     if shapes:
         settings["shapes"] = {name: list(dims) for name, dims in sorted(shapes.items())}
+    if variant != DEFAULT_VARIANT:
+        settings["context"] = profile.context
     return settings
 
 

@@ -15,6 +15,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
 from ltsedge.files import sha256_of
 from ltsedge.keys import (
+    DEFAULT_VARIANT,
     candidate_model_key,
     file_key,
     measurement_key,
@@ -28,7 +29,7 @@ from ltsedge.store import MeasurementStore
 
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
-                  target_ort: str | None = None) -> dict:
+                  target_ort: str | None = None, variant: str = DEFAULT_VARIANT) -> dict:
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
@@ -38,36 +39,37 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     sha256 = None
     if path.suffix.lower() == ".json":
         arch = Architecture.load(path)
-        key = candidate_model_key(arch, target_for(target_ort))
+        key = candidate_model_key(arch, target_for(target_ort), variant)
     else:
-        arch = _architecture_or_none(path)
+        arch, variant = _architecture_or_none(path)
         sha256 = sha256_of(path)
         key = file_key(sha256)
     with MeasurementStore(store_path) as store, Runner(profile) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
         fingerprint = runner.fingerprint()
-        store_key = measurement_key(key, fingerprint, profile, shapes)
+        store_key = measurement_key(key, fingerprint, profile, shapes, variant)
         measurement = None if fresh else store.get(*store_key)
         cached = measurement is not None
         if measurement is None:
             onnx_path = path
             if arch is not None and sha256 is None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
-                export_model(arch, target_ort=target_ort).save(onnx_path, digest=False)
+                export_model(arch, target_ort=target_ort, variant=variant).save(onnx_path, digest=False)
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
             store.put(*store_key, measurement, fingerprint=fingerprint,
-                      settings=measurement_settings(profile, shapes))
+                      settings=measurement_settings(profile, shapes, variant))
     counts = count_params(arch).to_dict() if arch else {}
-    return {"model": str(path), "sha256": sha256, "device": profile.name, **measurement, **counts,
+    return {"model": str(path), "sha256": sha256, "variant": variant, "device": profile.name, **measurement, **counts,
             "architecture_id": arch.id if arch else None, "shapes": shapes or None, "cached": cached,
             "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
 
 
-def _architecture_or_none(path: Path) -> Architecture | None:
-    """The architecture an ltsedge model declares; None for a foreign model, or for a file onnx cannot
-    read (the runner then reports why it does not load). Malformed ltsedge metadata is bad input."""
+def _architecture_or_none(path: Path) -> tuple[Architecture | None, str]:
+    """The architecture and export variant an ltsedge model declares; (None, "forward") for a foreign
+    model or a file onnx cannot read (the runner then reports why it does not load). Malformed ltsedge
+    metadata is bad input."""
     try:
         meta = read_metadata(path)
     except LtsedgeError:
-        return None
-    return architecture_in(meta, path)
+        return None, DEFAULT_VARIANT
+    return architecture_in(meta, path), meta.get("variant", DEFAULT_VARIANT)

@@ -60,9 +60,15 @@ class Backbone:
         raise NotImplementedError
 
     # --- the PyTorch reference ---------------------------------------------------------------------
+    def empty_model(self, arch: Architecture):
+        """The reference ``torch.nn.Module`` on the meta device: its structure, names and shapes, no memory."""
+        raise NotImplementedError
+
     def build_model(self, arch: Architecture, seed: int = 0, shared_weights: bool = False):
         """The reference ``torch.nn.Module`` in eval mode, deterministically initialised from ``seed``."""
-        raise NotImplementedError
+        from ltsedge.backbones.weights import materialize
+
+        return materialize(self.empty_model(arch), seed, shared_weights)
 
     # --- ONNX ------------------------------------------------------------------------------------
     def check_variant(self, variant: str) -> None:

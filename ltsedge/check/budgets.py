@@ -37,8 +37,9 @@ from ltsedge.files import read_toml
 from ltsedge.validate import is_number, parse_dims, toml_repr
 
 # Budget key -> the metric it bounds.
-BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory"}
-CLI_FLAGS = {"max_latency_ms": "--max-latency-ms", "max_memory_mb": "--max-memory-mb"}
+BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory", "max_prefill_ms": "prefill",
+               "max_decode_ms": "decode"}
+CLI_FLAGS = {key: "--" + key.replace("_", "-") for key in BUDGET_KEYS}
 MODEL_KEYS = ("path", "shapes", "budgets")
 
 
@@ -48,16 +49,20 @@ class ModelBudgets:
 
     max_latency_ms: float | None = None
     max_memory_mb: float | None = None
+    max_prefill_ms: float | None = None  # a generate model's prompt prefill
+    max_decode_ms: float | None = None  # a generate model's time per generated token
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> "budgets.toml" etc.
 
     def get(self, key: str) -> float | None:
         return getattr(self, key)
 
     def any(self) -> bool:
-        return self.max_latency_ms is not None or self.max_memory_mb is not None
+        return any(self.get(key) is not None for key in BUDGET_KEYS)
 
     def to_dict(self) -> dict[str, float | None]:
-        return {"max_latency_ms": self.max_latency_ms, "max_memory_mb": self.max_memory_mb}
+        """Latency and memory always (null when unset); the generate workloads' budgets when set."""
+        return {key: self.get(key) for key in BUDGET_KEYS
+                if key in ("max_latency_ms", "max_memory_mb") or self.get(key) is not None}
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,7 @@ def positive(value: Any, what: str) -> float:
 # ---------------------------------------------------------------------------------------------
 def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_latency_ms: float | None,
                     max_memory_mb: float | None, budgets_file: BudgetsFile | None,
+                    max_prefill_ms: float | None = None, max_decode_ms: float | None = None,
                     ) -> tuple[list[Target], list[tuple[str, str]]]:
     """The models to check with their budgets, and the (model, reason) pairs skipped.
 
@@ -200,7 +206,8 @@ def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_lat
     model with no budget at all on this device.
     """
     cli = {key: positive(value, CLI_FLAGS[key]) if value is not None else None
-           for key, value in (("max_latency_ms", max_latency_ms), ("max_memory_mb", max_memory_mb))}
+           for key, value in (("max_latency_ms", max_latency_ms), ("max_memory_mb", max_memory_mb),
+                              ("max_prefill_ms", max_prefill_ms), ("max_decode_ms", max_decode_ms))}
     device = profile.name
     skipped: list[tuple[str, str]] = []
     chosen: list[tuple[Path, str, ModelEntry | None]] = []  # path, display, entry

@@ -19,6 +19,7 @@ from ltsedge.check.verdict import (
     Check,
     fmt,
     signed,
+    value_of,
 )
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
@@ -66,6 +67,10 @@ class ModelResult:
             return self.remeasurement
         return self.measurement
 
+    def _figure(self, metric: str) -> float | None:
+        m = self.used(metric)
+        return value_of(metric, m) if m is not None else None
+
     def to_dict(self) -> dict[str, Any]:
         lat, mem = self.used("latency"), self.used("memory")
         lat = lat if lat is not None and lat.ok else None
@@ -89,6 +94,8 @@ class ModelResult:
             "latency_min_ms": lat.latency_min_ms if lat else None, "latency_cv": lat.latency_cv if lat else None,
             "runs": lat.runs if lat else None, "converged": lat.converged if lat else None,
             "peak_memory_mb": mem.peak_memory_mb if mem else None, "weights_mb": mem.weights_mb if mem else None,
+            "prefill_latency_ms": self._figure("prefill"), "decode_latency_ms": self._figure("decode"),
+            "kv_cache_mb": mem.kv_cache_mb if mem else None,
             "budgets": self.target.budgets.to_dict(), "budget_sources": dict(self.target.budgets.sources),
             "verdicts": verdicts, "marginal": marginal, "remeasured": self.remeasurement is not None,
             "regression": regression, "checks": [c.to_dict() for c in self.checks],

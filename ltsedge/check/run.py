@@ -39,6 +39,7 @@ class ModelInfo:
 
 def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
               max_latency_ms: float | None = None, max_memory_mb: float | None = None,
+              max_prefill_ms: float | None = None, max_decode_ms: float | None = None,
               budgets_file: str | Path | None = None, shapes: dict[str, list[int]] | None = None,
               against: str | Path | None = None, max_regression: float = 0.10, force: bool = False,
               measure: Measure | None = None, fingerprint: dict | None = None,
@@ -56,7 +57,8 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
         raise LtsedgeError(f"--max-regression {max_regression!r} must be a fraction >= 0 (0.10 = 10%)")
     budgets = load_budgets(budgets_file) if budgets_file is not None else None
     targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,
-                                       max_memory_mb=max_memory_mb, budgets_file=budgets)
+                                       max_memory_mb=max_memory_mb, max_prefill_ms=max_prefill_ms,
+                                       max_decode_ms=max_decode_ms, budgets_file=budgets)
     fingerprint = fingerprint if fingerprint is not None else machine_fingerprint(profile)
     previous = load_previous(against) if against is not None else None
     notes = check_comparable(previous, fingerprint, force=force) if previous else []

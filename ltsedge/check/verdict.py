@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from ltsedge.runners import Measurement
@@ -35,7 +36,9 @@ MEMORY_RELATIVE = 0.02
 MEMORY_ABSOLUTE_MB = {"fresh_process": 0.25}  # by Measurement.memory_method
 MEMORY_ABSOLUTE_DEFAULT_MB = 2.0
 
-METRICS = {"latency": ("latency_ms", "ms"), "memory": ("peak_memory_mb", "MB")}
+METRICS = {"latency": ("latency_ms", "ms"), "memory": ("peak_memory_mb", "MB"),
+           "prefill": ("prefill_latency_ms", "ms"), "decode": ("decode_latency_ms", "ms")}
+TIMED = ("latency", "prefill", "decode")  # medians of timed runs; prefill and decode: a generate model's workloads
 PASS, FAIL, MARGINAL_PASS, MARGINAL_FAIL, ERROR = "pass", "FAIL", "marginal pass", "marginal fail", "ERROR"
 
 
@@ -67,11 +70,21 @@ def interval(metric: str, m: Measurement, tolerance: float) -> tuple[float, floa
     value = value_of(metric, m)
     if value is None:
         return None
-    if metric == "latency":
-        below, above = latency_relative_bounds(m, tolerance)
+    if metric in TIMED:
+        below, above = latency_relative_bounds(_timing_of(metric, m), tolerance)
         return value * (1 - below), value * (1 + above)
     half = max(MEMORY_RELATIVE * value, MEMORY_ABSOLUTE_MB.get(m.memory_method, MEMORY_ABSOLUTE_DEFAULT_MB))
     return value - half, value + half
+
+
+def _timing_of(metric: str, m: Measurement):
+    """The runs behind a timed metric: the measurement's own, or one workload's of a generate model."""
+    if metric == "latency" or not m.workloads or metric not in m.workloads:
+        return m
+    w = m.workloads[metric]
+    return SimpleNamespace(ok=True, converged=w["converged"], latency_cv=w["latency_cv"], runs=w["runs"],
+                           latency_ms=w["latency_ms"], latency_min_ms=w["latency_min_ms"],
+                           latency_p90_ms=w["latency_p90_ms"])
 
 
 def uncertainty(metric: str, m: Measurement, tolerance: float, limit: float | None = None) -> float | None:
@@ -164,7 +177,8 @@ class Check:
         self.value = value_of(self.metric, m)
         self.uncertainty = uncertainty(self.metric, m, tolerance, self.limit)
         if self.value is None:  # e.g. no peak-memory counter on this platform
-            self.error = f"no {self.metric} value measured on this platform"
+            self.error = (f"no {self.metric} figure: not a generate model (export it with --variant generate)"
+                          if self.metric in ("prefill", "decode") else f"no {self.metric} value measured on this platform")
             return
         self.marginal = self.marginal or is_marginal(self.metric, m, self.limit, tolerance)
 

@@ -23,10 +23,10 @@ TABLES: dict[str, tuple[str, ...]] = {
     "runtime": ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                 "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
                 "allow_spinning"),
-    "workload": ("batch", "sequence"),
+    "workload": ("batch", "sequence", "context"),
     "repeats": ("warmup", "min_runs", "max_runs", "max_seconds", "tolerance", "drift_check_every"),
     "limits": ("timeout_s", "memory_limit_mb"),
-    "budgets": ("max_latency_ms", "max_memory_mb"),
+    "budgets": ("max_latency_ms", "max_memory_mb", "max_prefill_ms", "max_decode_ms"),
     "thermal": ("cooldown_s", "max_temperature_c", "max_cooldown_wait_s"),
     "export": ("target_ort",),
 }

@@ -46,6 +46,7 @@ class DeviceProfile:
     # [workload]: one forward pass of batch x sequence tokens (LiteTransformerSearch protocol)
     batch: int = 1
     sequence: int = 192
+    context: int = 192  # decode: tokens already in the cache when one more is generated
     # [repeats]
     warmup: int = 2
     min_runs: int = 5
@@ -59,6 +60,8 @@ class DeviceProfile:
     # [budgets]: optional defaults for the search
     max_latency_ms: float | None = None
     max_memory_mb: float | None = None
+    max_prefill_ms: float | None = None
+    max_decode_ms: float | None = None
     # [thermal]
     cooldown_s: float = 0.0  # sleep between models
     max_temperature_c: float | None = None  # and wait until cooler than this
@@ -160,11 +163,12 @@ def _check_ranges(p: DeviceProfile) -> None:
         raise bad("graph_optimization", f"one of {', '.join(GRAPH_OPTIMIZATIONS)}")
     if p.execution_mode not in EXECUTION_MODES:
         raise bad("execution_mode", f"one of {', '.join(EXECUTION_MODES)}")
-    for key, low in (("intra_op_threads", 0), ("inter_op_threads", 0), ("batch", 1), ("sequence", 1),
+    for key, low in (("intra_op_threads", 0), ("inter_op_threads", 0), ("batch", 1), ("sequence", 1), ("context", 0),
                      ("warmup", 0), ("min_runs", 1), ("drift_check_every", 0)):
         if getattr(p, key) < low:
             raise bad(key, f">= {low}")
-    for key in ("max_seconds", "timeout_s", "memory_limit_mb", "max_latency_ms", "max_memory_mb"):
+    for key in ("max_seconds", "timeout_s", "memory_limit_mb", "max_latency_ms", "max_memory_mb",
+                "max_prefill_ms", "max_decode_ms"):
         value = getattr(p, key)
         if value is not None and not 0 < value < float("inf"):
             raise bad(key, "a positive number")

@@ -71,24 +71,32 @@ def weight_seed(arch: Architecture) -> int:
 
 
 def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int | None = None,
-                 shared_weights: bool = True, variant: str = DEFAULT_VARIANT) -> ExportedModel:
-    """The reference PyTorch model with random weights, as an ONNX model (nothing written yet).
+                 shared_weights: bool = True, variant: str = DEFAULT_VARIANT, weights=None,
+                 weights_source: str = "weights") -> ExportedModel:
+    """The reference PyTorch model as an ONNX model (nothing written yet).
 
-    ``shared_weights`` (the default) draws the matrices from the shared buffer, which makes building
-    a candidate instant; without it every tensor is freshly initialised (slower, same graph).
+    Random weights unless ``weights`` (a ``state_dict`` of the reference model, e.g. from
+    ``exporters.weights.load_state_dict``) is given; ``shared_weights`` (the default) draws the random
+    matrices from the shared buffer, which makes building a candidate instant; without it every tensor
+    is freshly initialised (slower, same graph).
     """
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
     check_fits_in_memory(arch)
     target = target_for(target_ort)
-    model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
-    weights = {name: t.detach().numpy() for name, t in model.state_dict().items()}
+    if weights is not None:
+        from ltsedge.exporters.weights import checked_weights
+
+        arrays = checked_weights(weights, backbone.empty_model(arch), weights_source)
+    else:
+        model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
+        arrays = {name: t.detach().numpy() for name, t in model.state_dict().items()}
     spec = backbone.export_spec(arch, variant)
-    graph, initializers = backbone.build_graph(arch, weights, target.opset, variant)
+    graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
                               producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
-    add_metadata(proto, arch, target, spec)
+    add_metadata(proto, arch, target, spec, trained=weights is not None)
     return ExportedModel(arch, target, spec, serialized_parts(proto, initializers.items()))
 
 
@@ -104,7 +112,8 @@ def check_fits_in_memory(arch: Architecture) -> None:
                            f"available on this machine")
 
 
-def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget, spec: ExportSpec) -> None:
+def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget, spec: ExportSpec,
+                 trained: bool = False) -> None:
     counts = count_params(arch)
     meta = {
         "architecture": arch.to_json(),
@@ -117,6 +126,7 @@ def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget,
         "target_ort": target.runtime,
         "variant": spec.variant,
         "io_spec": spec.to_json(),
+        "weights": "trained" if trained else "random",
     }
     helper.set_model_props(proto, {METADATA_PREFIX + k: v for k, v in meta.items()})
 

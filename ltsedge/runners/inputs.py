@@ -1,8 +1,12 @@
-"""Inputs for one run of any ONNX model.
+"""Inputs for one run of any ONNX model, for one workload.
 
 An ltsedge model declares its inputs (``ltsedge.io_spec`` metadata, see ``ltsedge.iospec``): each
-symbolic axis is sized from the workload (``batch``, ``sequence``; ``total_sequence`` = past +
-sequence) or bound by a ``shapes`` override, and each input's values follow its declared role.
+symbolic axis is sized from the workload or bound by a ``shapes`` override, and each input's values
+follow its declared role. Workloads (what is timed):
+  - ``forward``: one full pass over ``sequence`` tokens (the study's protocol; the forward variant);
+  - ``prefill``: a prompt of ``sequence`` tokens through a generate model, with an empty cache;
+  - ``decode``: one new token after a cache of ``context`` tokens: the time per generated token.
+A generate model is timed on prefill and decode, any other model on forward.
 
 A foreign model gets inputs from the inputs its session declares, guessed by name.
 Shapes: a fixed dimension is kept. A symbolic one is resolved by its name (lower-cased):
@@ -38,15 +42,37 @@ DTYPES = {
 }
 SMALL_INT_HIGH = 2  # ids for a model whose vocabulary is unknown: 0 and 1 index any table
 SEQUENCE_WORDS = ("seq", "past", "len", "token", "time")
+WORKLOADS = ("forward", "prefill", "decode")
+PRIMARY_WORKLOAD = "decode"  # of a generate model: its latency_ms is the time per generated token
+
+
+def workload_axes(workload: str, profile: Any) -> dict[str, int]:
+    """The sizes a workload gives the symbolic axes (``total_sequence`` follows from them)."""
+    batch = profile.batch
+    if workload == "prefill":
+        return {"batch": batch, "sequence": profile.sequence, "past_sequence": 0}
+    if workload == "decode":
+        return {"batch": batch, "sequence": 1, "past_sequence": profile.context}
+    return {"batch": batch, "sequence": profile.sequence}
+
+
+def workloads_of(session: Any) -> tuple[str, ...]:
+    spec = declared_spec(session)
+    return ("prefill", "decode") if spec is not None and spec.variant == "generate" else ("forward",)
+
+
+def past_inputs(session: Any) -> list[str]:
+    spec = declared_spec(session)
+    return [t.name for t in spec.input("past")] if spec is not None else []
 
 
 def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int]] | None = None, *,
-                vocab_size: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+                vocab_size: int | None = None, seed: int = 0, workload: str = "forward") -> dict[str, np.ndarray]:
     """Feeds for ``session.run``: one array per declared input.
 
     ``session_or_inputs`` is an onnxruntime ``InferenceSession`` (then the vocabulary and, for ltsedge
     models, the longest sequence come from it) or the list ``session.get_inputs()``. ``profile`` is
-    anything with ``batch`` and ``sequence``.
+    anything with ``batch``, ``sequence`` and (for decode) ``context``.
     """
     limit = None
     if hasattr(session_or_inputs, "get_inputs"):
@@ -64,7 +90,7 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
     rng = np.random.default_rng(seed)
     spec = declared_spec(session_or_inputs)
     if spec is not None:
-        return _declared_inputs(spec, profile, shapes, vocab_size, limit, rng)
+        return _declared_inputs(spec, workload_axes(workload, profile), shapes, vocab_size, limit, rng)
     feeds = {}
     for info in declared:
         shape = resolve_shape(info.name, info.shape, profile, shapes.get(info.name))
@@ -83,15 +109,16 @@ def declared_spec(session: Any) -> ExportSpec | None:
     return ExportSpec.from_json(text) if text else None
 
 
-def _declared_inputs(spec: ExportSpec, profile: Any, shapes: dict[str, list[int]], vocab_size: int | None,
+def _declared_inputs(spec: ExportSpec, axes: dict[str, int], shapes: dict[str, list[int]], vocab_size: int | None,
                      limit: int | None, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    sizes = axis_sizes(spec, {"batch": profile.batch, "sequence": profile.sequence}, shapes)
+    sizes = axis_sizes(spec, axes, shapes)
     total = sizes.get("total_sequence", 0)
     if limit and total > limit:  # positions past n_positions have no embedding
         ids = spec.input("input_ids")
         where = f"input {ids[0].name!r}: " if ids else ""
+        knob = "context" if axes.get("past_sequence") else "sequence"
         raise LtsedgeError(f"{where}sequence {total} is longer than the model's n_positions {limit}; "
-                           f"use a profile with sequence <= {limit}")
+                           f"use a profile with {knob} <= {limit - (1 if knob == 'context' else 0)}")
     feeds = {}
     for t in spec.inputs:
         shape = shape_of(t, sizes)

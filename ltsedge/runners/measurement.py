@@ -26,6 +26,14 @@ class Measurement:
     latency_cv: float | None = None
     runs: int = 0
     converged: bool = False
+    # A generate model is timed on two workloads: the prompt's prefill (``sequence`` tokens, empty
+    # cache) and decode (one token after ``context`` cached ones). Its latency_ms above is decode's,
+    # per generated token; kv_cache_mb is the cache at that context. None for a forward model.
+    workload: str = "forward"  # the workload latency_ms is the figure of
+    prefill_latency_ms: float | None = None
+    decode_latency_ms: float | None = None
+    kv_cache_mb: float | None = None
+    workloads: dict | None = None  # per workload: median, p90, min, cv, runs, converged
     # Memory (MB = 2**20 bytes): peak RSS while loading and running, over the worker's RSS before
     # loading; the initializers' total size; GPU memory on CUDA (None where unknown).
     peak_memory_mb: float | None = None

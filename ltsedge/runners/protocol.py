@@ -35,10 +35,11 @@ class RunSettings:
     max_runs: int
     max_seconds: float
     tolerance: float
+    context: int = 0  # decode workload: tokens in the cache (not in settings(): forward figures ignore it)
 
     @classmethod
     def from_profile(cls, profile) -> RunSettings:
-        return cls(**profile.settings())
+        return cls(**profile.settings(), context=profile.context)
 
 
 def write_message(stream: BinaryIO, message: dict) -> None:

@@ -165,7 +165,14 @@ class Runner:
             return Measurement.failure(reply.get("error") or "unknown failure",
                                        reply.get("failure_kind", "environment"), **common)
         times = reply["latencies_ms"]
-        return Measurement(ok=True, error=None, runs=len(times), converged=reply["converged"],
+        timed = {name: {**stats.summarize(w["latencies_ms"]), "runs": len(w["latencies_ms"]),
+                        "converged": w["converged"]} for name, w in reply.get("workloads", {}).items()}
+        generation = {}
+        if "decode" in timed:
+            generation = dict(workload="decode", prefill_latency_ms=timed.get("prefill", {}).get("latency_ms"),
+                              decode_latency_ms=timed["decode"]["latency_ms"], kv_cache_mb=reply.get("kv_cache_mb"),
+                              workloads=timed)
+        return Measurement(ok=True, error=None, runs=len(times), converged=reply["converged"], **generation,
                            peak_memory_mb=reply["peak_memory_mb"],
                            device_peak_memory_mb=reply.get("device_peak_memory_mb"),
                            **stats.summarize(times), **common)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from ltsedge.backbones.base import Backbone, BaselineSpec
 from ltsedge.backbones.gpt2 import params
+from ltsedge.backbones.kv_cache import generate_spec
 from ltsedge.iospec import ExportSpec, TensorSpec
 
 
 class GPT2Backbone(Backbone):
     name = "gpt2"
     description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
-    variants = ("forward",)
+    variants = ("forward", "generate")
 
     def decoder_params(self, arch) -> int:
         return params.decoder_params(arch)
@@ -22,13 +23,18 @@ class GPT2Backbone(Backbone):
     def embedding_params(self, arch) -> int:
         return params.embedding_params(arch)
 
-    def build_model(self, arch, seed: int = 0, shared_weights: bool = False):
-        from ltsedge.backbones.gpt2.model import build_model
+    def empty_model(self, arch):
+        import torch
 
-        return build_model(arch, seed, shared_weights)
+        from ltsedge.backbones.gpt2.model import GPT2
+
+        with torch.device("meta"):
+            return GPT2(arch)
 
     def export_spec(self, arch, variant: str) -> ExportSpec:
         self.check_variant(variant)
+        if variant == "generate":
+            return generate_spec(arch)
         return ExportSpec(
             variant,
             inputs=(TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),),
@@ -36,9 +42,10 @@ class GPT2Backbone(Backbone):
         )
 
     def build_graph(self, arch, weights, opset: int, variant: str):
-        from ltsedge.backbones.gpt2.graph import build_graph
+        from ltsedge.backbones.gpt2.graph import build_generate_graph, build_graph
 
-        return build_graph(arch, weights, opset, self.export_spec(arch, variant))
+        build = build_generate_graph if variant == "generate" else build_graph
+        return build(arch, weights, opset, self.export_spec(arch, variant))
 
     def baseline(self) -> BaselineSpec:
         return BaselineSpec(d_model=1024, d_inner=3072, n_head=16, layers=tuple(range(1, 17)))

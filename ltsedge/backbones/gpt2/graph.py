@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ltsedge.backbones.adaptive.graph import adaptive_embed, adaptive_logits
-from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS
+from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS, MASKED_SCORE
 from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
@@ -86,3 +86,62 @@ def _output(g: GraphBuilder, arch, x: str) -> str:
     if not arch.adaptive:
         return g.op("Gemm", x, g.weight("wte.weight"), transB=1)  # tied: reuses the embedding initializer
     return adaptive_logits(g, arch, x, embedding="wte", head="lm_head")
+
+
+def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
+                         ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
+
+    ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
+    padding); per layer ``past_key_values.{i}.key/.value`` [batch, heads_i, past, head_dim_i] ->
+    ``logits`` and ``present.{i}.key/.value`` [batch, heads_i, past + sequence, head_dim_i]. Prefill is
+    the same graph with a past of length 0. Mirrors ``GPT2.forward_with_cache``.
+    """
+    g = GraphBuilder(weights, opset)
+    d = arch.d_model
+    ids_shape = g.op("Shape", "input_ids")  # [B, T]
+    seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
+    past_len = g.op("Gather", g.op("Shape", "past_key_values.0.key"), g.const(2), axis=0)
+    total_len = g.op("Add", past_len, seq_len)
+
+    if arch.adaptive:
+        tok = g.op("Reshape", adaptive_embed(g, arch, "input_ids", "wte"), g.op("Concat", ids_shape, g.const([d]), axis=0))
+    else:
+        tok = g.op("Gather", g.weight("wte.weight"), "input_ids", axis=0)  # [B, T, d]
+    pos = g.op("Gather", g.weight("wpe.weight"), "position_ids", axis=0)  # [B, T, d]
+    x = g.op("Reshape", g.op("Add", tok, pos), g.const([-1, d]))
+
+    # May query t (absolute position past + t) attend to key j? j <= past + t, and j is not padding.
+    queries = g.op("Unsqueeze", g.op("Range", past_len, total_len, g.const(1)), g.const([1]))  # [T, 1]
+    keys = g.op("Unsqueeze", g.op("Range", g.const(0), total_len, g.const(1)), g.const([0]))  # [1, S]
+    causal = g.op("LessOrEqual", keys, queries)  # [T, S]
+    not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
+    allowed = g.op("And", causal, not_padding)  # [B, 1, T, S]
+
+    for i, n_head in enumerate(arch.n_head):
+        x = _cached_block(g, d, n_head, i, x, ids_shape, allowed)
+    x = g.layer_norm(x, "ln_f", LAYER_NORM_EPS)
+    g.op("Reshape", _output(g, arch, x), g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
+    g.rename_last("logits")
+    graph = g.graph(f"ltsedge_{arch.backbone}_generate", [t.value_info() for t in spec.inputs],
+                    [t.value_info() for t in spec.outputs])
+    return graph, g.large
+
+
+def _cached_block(g: GraphBuilder, d: int, n_head: int, i: int, x: str, ids_shape: str, allowed: str) -> str:
+    prefix, d_head = f"h.{i}", d // n_head
+    a = g.layer_norm(x, f"{prefix}.ln_1", LAYER_NORM_EPS)
+    q, k, v = g.op("Split", g.linear(a, f"{prefix}.attn.c_attn"), g.const([d, d, d]), axis=1, n_out=3)
+    heads_shape = g.op("Concat", ids_shape, g.const([n_head, d_head]), axis=0)  # [B, T, h, dh]
+    q, k, v = (g.op("Transpose", g.op("Reshape", t, heads_shape), perm=[0, 2, 1, 3]) for t in (q, k, v))
+    g.op("Concat", f"past_key_values.{i}.key", k, axis=2)  # [B, h, P + T, dh]
+    k = g.rename_last(f"present.{i}.key")
+    g.op("Concat", f"past_key_values.{i}.value", v, axis=2)
+    v = g.rename_last(f"present.{i}.value")
+    scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])),
+                  g.const(1 / math.sqrt(d_head), np.float32))
+    scores = g.op("Where", allowed, scores, g.const(MASKED_SCORE, np.float32))  # finite: no NaN for padding
+    y = g.op("Transpose", g.op("MatMul", g.op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
+    x = g.op("Add", x, g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj"))
+    m = g.linear(g.layer_norm(x, f"{prefix}.ln_2", LAYER_NORM_EPS), f"{prefix}.mlp.c_fc")
+    return g.op("Add", x, g.linear(g.gelu(m), f"{prefix}.mlp.c_proj"))

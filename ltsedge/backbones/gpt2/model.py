@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones.adaptive.model import AdaptiveEmbedding, AdaptiveLogits
-from ltsedge.backbones.weights import materialize
 
 LAYER_NORM_EPS = 1e-5
+MASKED_SCORE = torch.finfo(torch.float32).min  # attention score of a position that may not be attended to
+KeyValue = tuple[torch.Tensor, torch.Tensor]
 
 
 class CausalSelfAttention(nn.Module):
@@ -27,15 +28,25 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(d_model, 3 * d_model)  # q, k, v for all heads at once
         self.c_proj = nn.Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, past: KeyValue | None = None, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, KeyValue]:
+        """``x [B, T, C]`` -> (output, (keys, values) of past + new tokens, ``[B, h, past + T, C/h]``).
+
+        ``mask`` ([B, 1, T, past + T], True = may attend) carries causality and padding; without it
+        the plain causal mask of a full sequence."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        return self.c_proj(y)
+        if mask is None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~causal, float("-inf"))
+        else:  # a finite floor: a query with nothing to attend to (left padding) gets no NaN
+            att = att.masked_fill(~mask, MASKED_SCORE)
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        return self.c_proj(y), (k, v)
 
 
 class MLP(nn.Module):
@@ -57,13 +68,15 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.mlp = MLP(d_model, d_inner)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x: torch.Tensor, past: KeyValue | None = None, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, KeyValue]:
+        a, present = self.attn(self.ln_1(x), past, mask)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), present
 
 
 class GPT2(nn.Module):
-    """``forward(input_ids [B, T]) -> logits [B, T, vocab_size]``.
+    """``forward(input_ids [B, T]) -> logits [B, T, vocab_size]``; ``forward_with_cache`` for generation.
 
     The decoder is ``h`` (the blocks) and ``ln_f``: exactly what the decoder-parameter proxy counts.
     """
@@ -81,19 +94,33 @@ class GPT2(nn.Module):
         self.lm_head = AdaptiveLogits(arch, self.wte) if arch.adaptive else None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The full-sequence pass (the ``forward`` export variant)."""
         T = input_ids.size(1)
-        pos = torch.arange(T, device=input_ids.device)
-        x = self.wte(input_ids) + self.wpe(pos)
+        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
         for block in self.h:
-            x = block(x)
+            x, _ = block(x)
+        return self.logits(x)
+
+    def forward_with_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                           past: list[KeyValue] | None = None) -> tuple[torch.Tensor, list[KeyValue]]:
+        """One step of generation (the ``generate`` export variant): new tokens ``input_ids [B, T]`` at
+        ``position_ids [B, T]``, after the cached ``past`` (per layer, keys and values ``[B, h, P, C/h]``);
+        ``attention_mask [B, P + T]`` is 0 at padding. Returns the logits and the cache of all P + T tokens.
+        ``past=None`` is the prefill; with a cache of P tokens it computes the same logits as a prefill
+        of all P + T tokens would for the last T (the tests check it)."""
+        T = input_ids.size(1)
+        P = 0 if past is None else past[0][0].size(2)
+        x = self.wte(input_ids) + self.wpe(position_ids)
+        causal = torch.arange(P + T, device=x.device)[None, :] <= torch.arange(P, P + T, device=x.device)[:, None]
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]  # [B, 1, T, P + T]
+        presents = []
+        for i, block in enumerate(self.h):
+            x, present = block(x, None if past is None else past[i], mask)
+            presents.append(present)
+        return self.logits(x), presents
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.ln_f(x)
         if self.lm_head is None:
             return F.linear(x, self.wte.weight)  # tied output layer, no bias
         return self.lm_head(x)
-
-
-def build_model(arch: Architecture, seed: int = 0, shared_weights: bool = False) -> GPT2:
-    """The model with deterministic random weights (see ``ltsedge.backbones.weights.materialize``)."""
-    with torch.device("meta"):
-        model = GPT2(arch)
-    return materialize(model, seed, shared_weights)

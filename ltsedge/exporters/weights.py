@@ -1,0 +1,83 @@
+"""Trained weights in: a PyTorch ``state_dict`` of ltsedge's reference model, from ``.pt`` or ``.safetensors``.
+
+Reading never runs code from the file: ``torch.load(weights_only=True)`` or safetensors. The tensors
+are checked against the architecture's reference model (built on the meta device: names and shapes,
+no memory) and the first mismatch is a one-line error naming the tensor. The common wrappers of a
+training script are accepted: a ``{"model": state_dict}`` checkpoint, ``module.`` (DataParallel) and
+``_orig_mod.`` (torch.compile) prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ltsedge.errors import LtsedgeError
+
+SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+WRAPPER_KEYS = ("model", "state_dict", "model_state_dict")
+PREFIXES = ("_orig_mod.", "module.")
+
+
+def load_state_dict(path: str | Path) -> dict:
+    """The tensors of a weights file, by name."""
+    path = Path(path)
+    if not path.is_file():
+        raise LtsedgeError(f"weights file not found: {path}")
+    if path.suffix.lower() not in SUFFIXES:
+        raise LtsedgeError(f"weights file {path}: expected a PyTorch state_dict as {', '.join(SUFFIXES)}")
+    try:
+        if path.suffix.lower() == ".safetensors":
+            try:
+                from safetensors.torch import load_file
+            except ImportError:
+                raise LtsedgeError("reading .safetensors needs the safetensors package: pip install safetensors") \
+                    from None
+            data = load_file(str(path))
+        else:
+            import torch
+
+            data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except LtsedgeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - unpickling and safetensors raise many kinds
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LtsedgeError(f"weights file {path} cannot be read: {first}") from None
+    return _unwrap(data, path)
+
+
+def _unwrap(data, path: Path) -> dict:
+    import torch
+
+    if isinstance(data, Mapping):
+        for key in WRAPPER_KEYS:  # a training checkpoint holding the state_dict
+            if isinstance(data.get(key), Mapping) and not isinstance(data.get(key), torch.Tensor):
+                data = data[key]
+                break
+    if not isinstance(data, Mapping) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise LtsedgeError(f"weights file {path} is not a state_dict (a mapping of tensor names to tensors)")
+    out = {}
+    for name, tensor in data.items():
+        for prefix in PREFIXES:
+            name = name.removeprefix(prefix)
+        out[name] = tensor
+    return out
+
+
+def checked_weights(state_dict: Mapping, reference, source: str) -> dict[str, np.ndarray]:
+    """``state_dict`` as float32 arrays, after checking names and shapes against ``reference`` (a model
+    on the meta device); the first offending tensor is the error."""
+    expected = reference.state_dict()
+    for name, want in expected.items():
+        if name not in state_dict:
+            raise LtsedgeError(f"{source}: tensor {name!r} is missing (the architecture needs {list(want.shape)})")
+        got = tuple(state_dict[name].shape)
+        if got != tuple(want.shape):
+            raise LtsedgeError(f"{source}: tensor {name!r} has shape {list(got)}, the architecture needs "
+                               f"{list(want.shape)}")
+    extra = [name for name in state_dict if name not in expected]
+    if extra:
+        raise LtsedgeError(f"{source}: tensor {extra[0]!r} is not part of this architecture's model")
+    return {name: state_dict[name].detach().float().contiguous().numpy() for name in expected}
