@@ -33,6 +33,7 @@ MODEL_GRAPH = 7
 GRAPH_INITIALIZER = 5
 TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_STRING_DATA, TENSOR_RAW_DATA = 1, 2, 6, 9
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+EXTERNAL_ALIGNMENT = 4096  # bytes: page-aligned weights in an external data file can be memory-mapped
 
 # TensorProto.DataType -> bits per element (STRING = 8 is sized from its data instead).
 ELEMENT_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64,
@@ -60,13 +61,18 @@ def _field_header(field: int, length: int) -> bytes:
 
 
 def serialize_with_weights(model: onnx.ModelProto, weights: Iterable[tuple[str, np.ndarray]]) -> bytes:
-    return b"".join(serialized_parts(model, weights))
+    return b"".join(serialized_parts(model, weights)[0])
 
 
-def serialized_parts(model: onnx.ModelProto, weights: Iterable[tuple[str, np.ndarray]]) -> list[bytes | memoryview]:
-    """The model's bytes in pieces, weights as views of their arrays (concatenate or write them in order).
+def serialized_parts(model: onnx.ModelProto, weights: Iterable[tuple[str, np.ndarray]],
+                     external_data: str | None = None) -> tuple[list[bytes | memoryview], list[bytes | memoryview]]:
+    """The model file's bytes in pieces and, with ``external_data`` (the data file's name, relative to
+    the model's directory), the data file's: weights as views of their arrays (write them in order).
 
-    ``model`` must not already hold these initializers; ``weights`` are added as initializers."""
+    ``model`` must not already hold these initializers; ``weights`` are added as initializers, their
+    bytes in the model (protobuf caps a file at 2 GB) or in the data file, each at an offset aligned to
+    ``EXTERNAL_ALIGNMENT`` so that onnxruntime can map it.
+    """
     import onnx
 
     if sys.byteorder != "little":  # ONNX raw_data is little-endian
@@ -77,17 +83,33 @@ def serialized_parts(model: onnx.ModelProto, weights: Iterable[tuple[str, np.nda
     model_without_graph.ClearField("graph")
 
     graph_parts: list[bytes | memoryview] = [graph.SerializeToString()]
+    data_parts: list[bytes | memoryview] = []
+    offset = 0
     for name, array in weights:
         array = np.ascontiguousarray(array)
         header = onnx.TensorProto(name=name, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
                                   dims=array.shape)
-        header_bytes = header.SerializeToString()
         raw = memoryview(array).cast("B")
-        tensor_len = len(header_bytes) + len(_field_header(TENSOR_RAW_DATA, raw.nbytes)) + raw.nbytes
-        graph_parts += [_field_header(GRAPH_INITIALIZER, tensor_len), header_bytes,
-                        _field_header(TENSOR_RAW_DATA, raw.nbytes), raw]
+        if external_data is None:
+            header_bytes = header.SerializeToString()
+            tensor_len = len(header_bytes) + len(_field_header(TENSOR_RAW_DATA, raw.nbytes)) + raw.nbytes
+            graph_parts += [_field_header(GRAPH_INITIALIZER, tensor_len), header_bytes,
+                            _field_header(TENSOR_RAW_DATA, raw.nbytes), raw]
+            continue
+        padding = -offset % EXTERNAL_ALIGNMENT
+        if padding:
+            data_parts.append(bytes(padding))
+            offset += padding
+        header.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", external_data), ("offset", str(offset)), ("length", str(raw.nbytes))):
+            entry = header.external_data.add()
+            entry.key, entry.value = key, value
+        header_bytes = header.SerializeToString()
+        graph_parts += [_field_header(GRAPH_INITIALIZER, len(header_bytes)), header_bytes]
+        data_parts.append(raw)
+        offset += raw.nbytes
     graph_len = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in graph_parts)
-    return [model_without_graph.SerializeToString(), _field_header(MODEL_GRAPH, graph_len), *graph_parts]
+    return [model_without_graph.SerializeToString(), _field_header(MODEL_GRAPH, graph_len), *graph_parts], data_parts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -161,3 +161,27 @@ def test_export_does_not_copy_weights_per_candidate():
     for view in matrices:
         address = view.obj.__array_interface__["data"][0]
         assert pool_start <= address and address + view.nbytes <= pool_end
+
+
+def test_external_data_file_loads_and_equals_the_inline_model(tmp_path):
+    from ltsedge.wire import EXTERNAL_ALIGNMENT, weights_mb
+
+    arch = tiny_arch(d_embed=32, div_val=2)
+    exported = export_model(arch, variant="generate")
+    files = exported.save_files(tmp_path / "model.onnx", external_data=True)
+    assert set(files) == {"model.onnx", "model.onnx.data"}
+    data = tmp_path / "model.onnx.data"
+    assert hashlib.sha256(data.read_bytes()).hexdigest() == files["model.onnx.data"]
+    assert (tmp_path / "model.onnx").stat().st_size < 100_000 < data.stat().st_size
+    proto = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False)
+    offsets = [int(e.value) for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+               for e in t.external_data if e.key == "offset"]
+    assert offsets and all(o % EXTERNAL_ALIGNMENT == 0 for o in offsets)
+    assert weights_mb(tmp_path / "model.onnx") == pytest.approx(weights_mb(exported.to_bytes()))
+    inline = ort.InferenceSession(exported.to_bytes(), providers=CPU)
+    external = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=CPU)
+    feeds = {"input_ids": np.array([[1, 2, 3]]), "attention_mask": np.ones((1, 3), np.int64),
+             "position_ids": np.array([[0, 1, 2]])}
+    for t in exported.spec.input("past"):
+        feeds[t.name] = np.zeros([1, t.dims[1], 0, t.dims[3]], np.float32)
+    np.testing.assert_array_equal(inline.run(["logits"], feeds)[0], external.run(["logits"], feeds)[0])

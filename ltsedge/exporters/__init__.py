@@ -29,25 +29,49 @@ from ltsedge.wire import serialized_parts
 METADATA_PREFIX = "ltsedge."
 
 
+PROTOBUF_LIMIT = 2**31 - 2**20  # protobuf cannot hold a message of 2 GB; keep a MB for the graph
+
+
 @dataclass(frozen=True)
 class ExportedModel:
-    """An exported model, held as pieces: its weights are views of the PyTorch model's tensors."""
+    """An exported model, held as its graph and its weights (views of the PyTorch model's tensors):
+    serialized only when written, with the weights inline or in an external data file."""
 
     arch: Architecture
     target: OnnxTarget
     spec: ExportSpec
-    parts: list  # bytes and memoryviews, in file order
+    proto: onnx.ModelProto  # everything but the weights
+    weights: list  # (initializer name, array), in file order
 
     @property
     def nbytes(self) -> int:
-        return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self.parts)
+        return self.proto.ByteSize() + sum(a.nbytes for _, a in self.weights)
+
+    @property
+    def parts(self) -> list:
+        """The single file's bytes in pieces (the weights inline)."""
+        return serialized_parts(self.proto, self.weights)[0]
+
+    def needs_external_data(self) -> bool:
+        return self.nbytes > PROTOBUF_LIMIT
 
     def to_bytes(self) -> bytes:
+        if self.needs_external_data():
+            raise LtsedgeError(f"{self.arch.id} is {self.nbytes / 2**30:.2f} GiB: over protobuf's 2 GB, it can only "
+                               f"be saved with its weights in an external data file")
         return b"".join(self.parts)
 
-    def save(self, path: str | Path, *, digest: bool = True) -> str | None:
-        """Write the file (atomically: never a half-written model under the final name); return its
-        sha256, computed from the very bytes written (``digest=False`` skips it for scratch files)."""
+    def save(self, path: str | Path, *, digest: bool = True, external_data: bool | None = None) -> str | None:
+        """Write the model (atomically: never a half-written file under its final name); return the
+        sha256 of the model file, from the very bytes written (``digest=False`` skips it for scratch files).
+
+        ``external_data``: weights in ``<file>.data`` beside it (None: only when over protobuf's 2 GB).
+        """
+        return self.save_files(path, digest=digest, external_data=external_data).get(Path(path).name)
+
+    def save_files(self, path: str | Path, *, digest: bool = True, external_data: bool | None = None
+                   ) -> dict[str, str | None]:
+        """Like ``save``; returns every file written (the model, and its data file) -> sha256."""
         path = Path(path)
         if not path.name or path.is_dir():
             raise LtsedgeError(f"cannot write the model to {str(path)!r}: give a file name, e.g. -o model.onnx")
@@ -55,15 +79,30 @@ class ExportedModel:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LtsedgeError(f"cannot create {path.parent}: {e.strerror or e}") from None
-        tmp = path.with_name(path.name + ".partial")
-        sha = hashlib.sha256() if digest else None
+        external = self.needs_external_data() if external_data is None else external_data
+        data_name = f"{path.name}.data"
+        model_parts, data_parts = serialized_parts(self.proto, self.weights, data_name if external else None)
+        written = {}
+        if external:  # the data first: a model file never points at a data file that is not there yet
+            written[data_name] = _write(path.with_name(data_name), data_parts, digest)
+        written[path.name] = _write(path, model_parts, digest)
+        return written
+
+
+def _write(path: Path, parts: list, digest: bool) -> str | None:
+    tmp = path.with_name(path.name + ".partial")
+    sha = hashlib.sha256() if digest else None
+    try:
         with open(tmp, "wb") as f:
-            for part in self.parts:
+            for part in parts:
                 if sha:
                     sha.update(part)
                 f.write(part)
         tmp.replace(path)
-        return sha.hexdigest() if sha else None
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise LtsedgeError(f"cannot write {path}: {e.strerror or e}") from None
+    return sha.hexdigest() if sha else None
 
 
 def weight_seed(arch: Architecture) -> int:
@@ -97,7 +136,7 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
                               producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
     add_metadata(proto, arch, target, spec, trained=weights is not None)
-    return ExportedModel(arch, target, spec, serialized_parts(proto, initializers.items()))
+    return ExportedModel(arch, target, spec, proto, list(initializers.items()))
 
 
 def check_fits_in_memory(arch: Architecture) -> None:
