@@ -74,26 +74,31 @@ def params(
 @app.command()
 def export(
     arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the ONNX model."),
+    output: Path = typer.Option(..., "-o", "--output",
+                                help="The ONNX file (forward), or the bundle directory (generate)."),
+    variant: str = typer.Option("forward", "--variant", help="forward: input_ids -> logits over a whole sequence; "
+                                "generate: a deployable bundle with a KV cache (onnxruntime-genai, Optimum naming)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="Trained weights: a state_dict of ltsedge's "
+                                           "reference model (.pt or .safetensors). Default: random weights."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizer.json to put in the bundle."),
+    external_data: Optional[bool] = typer.Option(None, "--external-data/--inline-data",
+                                                 help="Weights in <model>.data beside the model (default: over 2 GB)."),
     target_ort: Optional[str] = typer.Option(
         None, "--target-ort", help="onnxruntime version the model must load in (default: the local one)."
     ),
 ) -> None:
-    """Export an architecture with random weights to ONNX (input_ids -> logits)."""
-    from ltsedge.exporters import export_model
+    """Export an architecture to ONNX: one model file, or a generation bundle (--variant generate)."""
+    from ltsedge.exporters.bundle import export_to_path
 
     arch = Architecture.load(arch_file)
-    model = export_model(arch, target_ort=target_ort)
-    sha = _save(model, output)
+    model, files = export_to_path(arch, output, variant=variant, weights=weights, tokenizer=tokenizer,
+                                  target_ort=target_ort, external_data=external_data)
     t = model.target
-    typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, opset {t.opset}, IR {t.ir_version}, sha256 {sha[:16]}…)")
-
-
-def _save(model, path: Path) -> str:
-    try:
-        return model.save(path)
-    except OSError as e:
-        raise LtsedgeError(f"cannot write {path}: {e.strerror or e}") from None
+    kind = "trained" if weights else "random"
+    typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, opset {t.opset}, "
+               f"IR {t.ir_version})")
+    for path, sha in files.items():
+        typer.echo(f"  {path}  sha256 {sha[:16]}…")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,6 +194,9 @@ def search(
     baseline_n_head: Optional[int] = typer.Option(None, "--baseline-n-head", min=1),
     baseline_layers: Optional[int] = typer.Option(None, "--baseline-layers", min=1, help="Baseline with 1..N layers."),
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="onnxruntime version the models must load in."),
+    objective: Optional[str] = typer.Option(
+        None, "--objective", help="Latency to optimise: decode (per generated token, with a KV cache; the default "
+        "where the backbone can generate), prefill (the prompt) or forward (one full pass: the study's protocol)."),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     fresh: bool = typer.Option(False, "--fresh", help="Ignore the store: measure every candidate on this run."),
     restart: bool = typer.Option(False, "--restart", help="Discard a checkpoint in --out and start over."),
@@ -202,7 +210,7 @@ def search(
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
-        target_ort=target_ort, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
+        target_ort=target_ort, objective=objective, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)
     from ltsedge.search.summary import print_summary

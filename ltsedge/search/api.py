@@ -9,6 +9,7 @@ from ltsedge.backbones import BaselineSpec, get_backbone
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.search.budgets import Budgets
+from ltsedge.search.evaluate import OBJECTIVES
 from ltsedge.search.presets import get_preset
 from ltsedge.search.run import SearchResult, SearchRun, SearchSettings
 from ltsedge.space import SearchSpace
@@ -35,6 +36,7 @@ class SearchOptions:
     baseline_n_head: int | None = None
     baseline_layers: int | None = None
     target_ort: str | None = None
+    objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     store_path: Path | None = None
     fresh: bool = False
     restart: bool = False
@@ -48,10 +50,14 @@ def resolve(options: SearchOptions):
     if options.sequence is not None:
         profile = profile.replace(sequence=options.sequence)
     space = SearchSpace.load(options.space_file) if options.space_file else preset.space()
-    limit = get_backbone(space.backbone).max_sequence(space)
-    if limit is not None and profile.sequence > limit:
-        raise LtsedgeError(f"sequence {profile.sequence} is longer than the space's n_positions {limit}: no "
-                           f"{space.backbone} model of this space can take it; use --sequence <= {limit}")
+    backbone = get_backbone(space.backbone)
+    objective = _objective(options.objective, backbone)
+    limit = backbone.max_sequence(space)
+    longest = profile.context + 1 if objective == "decode" else profile.sequence
+    if limit is not None and longest > limit:
+        what = f"context {profile.context} + 1" if objective == "decode" else f"sequence {profile.sequence}"
+        raise LtsedgeError(f"{what} is longer than the space's n_positions {limit}: no {space.backbone} model of "
+                           f"this space can take it; use a shorter {'context' if objective == 'decode' else '--sequence'}")
     budgets = Budgets(
         max_latency_ms=_first(options.max_latency_ms, profile.max_latency_ms),
         max_memory_mb=_first(options.max_memory_mb, profile.max_memory_mb),
@@ -63,8 +69,22 @@ def resolve(options: SearchOptions):
         space=space, population=options.population or preset.population,
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
+        objective=objective,
     )
     return settings, profile
+
+
+def _objective(given: str | None, backbone) -> str:
+    """The latency a search optimises: as given, else the per-token decode where the backbone exports a
+    generate variant (what an app's user feels), else the study's full forward pass."""
+    objective = given or ("decode" if "generate" in backbone.variants else "forward")
+    if objective not in OBJECTIVES:
+        raise LtsedgeError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    variant = OBJECTIVES[objective][0]
+    if variant not in backbone.variants:
+        raise LtsedgeError(f"--objective {objective} needs the {variant} variant, which backbone {backbone.name} "
+                           f"does not export (variants: {', '.join(backbone.variants)})")
+    return objective
 
 
 def _first(*values):

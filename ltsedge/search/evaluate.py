@@ -17,7 +17,7 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
-from ltsedge.keys import candidate_model_key, measurement_key
+from ltsedge.keys import candidate_model_key, measurement_key, measurement_settings
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Runner
@@ -25,6 +25,13 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.store import MeasurementStore
+
+# What a search may optimise: the export variant measured and the latency figure that is the objective.
+OBJECTIVES = {
+    "forward": ("forward", "latency_ms"),  # one full pass over the sequence: the study's protocol
+    "prefill": ("generate", "prefill_latency_ms"),  # a prompt through the generate model
+    "decode": ("generate", "decode_latency_ms"),  # per generated token, after a cache of `context` tokens
+}
 
 
 @dataclass
@@ -34,6 +41,7 @@ class Candidate:
     measurement: dict
     source: str  # "measured", "store" or "skipped"
     generation: int
+    latency_field: str = "latency_ms"  # the measurement's figure the search optimises
 
     @property
     def ok(self) -> bool:
@@ -41,7 +49,7 @@ class Candidate:
 
     @property
     def latency_ms(self) -> float | None:
-        return self.measurement.get("latency_ms")
+        return self.measurement.get(self.latency_field)
 
     @property
     def memory_mb(self) -> float | None:
@@ -75,8 +83,10 @@ class EvaluationStats:
 class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
-                 log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None):
+                 log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
+                 objective: str = "forward"):
         self.profile, self.runner, self.store = profile, runner, store
+        self.variant, self.latency_field = OBJECTIVES[objective]
         self.target_ort, self.target = target_ort, target_for(target_ort)
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress
@@ -94,12 +104,13 @@ class CandidateEvaluator:
             try:
                 arch = Architecture.from_dict(record["architecture"])
                 self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
-                                               record["generation"])
+                                               record["generation"], self.latency_field)
             except (KeyError, TypeError, LtsedgeError):
                 continue  # not a candidate record
 
     def store_key(self, arch: Architecture) -> tuple:
-        return measurement_key(candidate_model_key(arch, self.target), self.fingerprint, self.profile)
+        return measurement_key(candidate_model_key(arch, self.target, self.variant), self.fingerprint, self.profile,
+                               variant=self.variant)
 
     def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         """Candidates for ``archs`` in order; each distinct architecture is measured at most once."""
@@ -125,26 +136,29 @@ class CandidateEvaluator:
         out_of_budget = self.budgets.violations(params.decoder_params, None, None)
         if out_of_budget:
             reason = "skipped: decoder parameters outside the budget (" + ", ".join(out_of_budget) + ")"
-            return Candidate(arch, params, {"ok": False, "error": reason}, "skipped", generation)
+            return Candidate(arch, params, {"ok": False, "error": reason}, "skipped", generation, self.latency_field)
         if self.fresh:
             return None
         stored = self.store.get(*self.store_key(arch))
-        return None if stored is None else Candidate(arch, params, stored, "store", generation)
+        return None if stored is None else Candidate(arch, params, stored, "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
-        paths = []
+        paths, written = [], []
         try:
             for arch in archs:
                 t = time.perf_counter()
+                exported = export_model(arch, target_ort=self.target_ort, variant=self.variant)
                 path = self._scratch_path(f"{arch.id}.onnx")
-                export_model(arch, target_ort=self.target_ort).save(path, digest=False)
+                if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
+                    self._scratch_path(f"{arch.id}.onnx.data")
+                written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
                 paths.append(path)
                 self.stats.export_seconds += time.perf_counter() - t
             measurements = self.runner.measure_many(paths, on_result=lambda i, m: self._keep(archs[i], m))
         finally:
-            for path in paths:
+            for path in written:
                 self._drop_scratch(path)
-        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation)
+        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field)
                 for arch, m in zip(archs, measurements)]
 
     def _scratch_path(self, name: str) -> Path:
@@ -165,7 +179,8 @@ class CandidateEvaluator:
         record = measurement.to_dict()
         self.stats.load_seconds += record.get("load_seconds") or 0.0
         self.stats.inference_seconds += record.get("inference_seconds") or 0.0
-        self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint, settings=self.profile.settings())
+        self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint,
+                       settings=measurement_settings(self.profile, variant=self.variant))
 
     def _record(self, candidate: Candidate) -> None:
         self.seen[candidate.arch.id] = candidate

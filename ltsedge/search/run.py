@@ -57,10 +57,14 @@ class SearchSettings:
     baseline: BaselineSpec | None = field(default_factory=BaselineSpec)
     prob_gene: float = 0.3  # per-gene mutation probability, as in the study
     target_ort: str | None = None
+    objective: str = "forward"  # the latency optimised: forward | prefill | decode (see evaluate.OBJECTIVES)
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
-        return {**self._evolution(), "device": profile.settings(), "machine": fingerprint_hash(fingerprint)}
+        device = profile.settings()
+        if self.objective != "forward":
+            device["context"] = profile.context  # decides a generate model's decode figures
+        return {**self._evolution(), "device": device, "machine": fingerprint_hash(fingerprint)}
 
     def to_dict(self) -> dict:
         return {**self._evolution(), "generations": self.generations,
@@ -68,7 +72,8 @@ class SearchSettings:
 
     def _evolution(self) -> dict:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
-                "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort}
+                "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
+                "objective": self.objective}
 
 
 @dataclass
@@ -116,7 +121,7 @@ class SearchRun:
             evaluator = CandidateEvaluator(
                 self.profile, runner, self.store, outdir, self.settings.budgets,
                 target_ort=self.settings.target_ort, fresh=self.fresh,
-                log=CandidateLog(self.out_dir, identity), on_progress=self._tick,
+                log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)

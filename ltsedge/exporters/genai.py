@@ -1,0 +1,99 @@
+"""The configuration files of a bundle: onnxruntime-genai's ``genai_config.json`` and the Hugging Face
+``config.json`` / ``generation_config.json``.
+
+onnxruntime-genai (checked with 0.18): model type ``decoder`` is its generic decoder-only model; it
+feeds ``input_ids``, ``attention_mask`` and ``position_ids`` (int64) and the per-layer cache under the
+name templates below. Its config has one ``num_key_value_heads`` and ``head_size`` for all layers,
+which ltsedge's heterogeneous models do not have: with ``past_present_share_buffer`` off, genai
+starts from an empty cache and feeds each ``present`` back as ``past`` with the shapes the model
+gives it, so every layer keeps its own heads (tested: a model of 2, 8 and 4 heads per layer
+generates the reference's tokens and logits). The config's head fields hold layer 0's values;
+``config.json`` carries every layer's.
+"""
+
+from __future__ import annotations
+
+import ltsedge
+from ltsedge.backbones.kv_cache import PAST, PRESENT
+
+GENAI_MODEL_TYPE = "decoder"
+
+
+def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
+    """bos/eos/pad ids from the tokenizer's special tokens; eos defaults to the last id (GPT-2's rule),
+    bos and pad to eos."""
+    special = {str(t.get("content", "")).lower(): t["id"] for t in (tokenizer or {}).get("added_tokens", [])
+               if t.get("special") and isinstance(t.get("id"), int) and 0 <= t["id"] < arch.vocab_size}
+
+    def find(*words: str) -> int | None:
+        return next((tid for content, tid in special.items() if any(w in content for w in words)), None)
+
+    eos = find("endoftext", "</s>", "eos")
+    eos = arch.vocab_size - 1 if eos is None else eos
+    bos, pad = find("<s>", "bos", "startoftext"), find("pad")
+    return {"bos_token_id": eos if bos is None else bos, "eos_token_id": eos, "pad_token_id": eos if pad is None else pad}
+
+
+def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> dict:
+    tokens = special_token_ids(arch, tokenizer)
+    context = arch.n_positions
+    return {
+        "model": {
+            **tokens,
+            "context_length": context,
+            "vocab_size": arch.vocab_size,
+            "type": GENAI_MODEL_TYPE,
+            "decoder": {
+                "filename": model_file,
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "hidden_size": arch.d_model,
+                "num_hidden_layers": arch.n_layer,
+                # One value for all layers in genai's schema: layer 0's (each layer's are in the graph).
+                "num_attention_heads": arch.n_head[0],
+                "num_key_value_heads": arch.n_head[0],
+                "head_size": arch.d_head[0],
+                "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
+                           "position_ids": "position_ids",
+                           "past_key_names": PAST.format(i="%d", kind="key"),
+                           "past_value_names": PAST.format(i="%d", kind="value")},
+                "outputs": {"logits": "logits",
+                            "present_key_names": PRESENT.format(i="%d", kind="key"),
+                            "present_value_names": PRESENT.format(i="%d", kind="value")},
+            },
+        },
+        "search": {
+            "max_length": context, "min_length": 0, "do_sample": False, "num_beams": 1, "num_return_sequences": 1,
+            "top_k": 1, "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "length_penalty": 1.0,
+            "no_repeat_ngram_size": 0, "diversity_penalty": 0.0, "early_stopping": True,
+            # Off: a shared buffer is allocated from the config's single head count, which per-layer heads break.
+            "past_present_share_buffer": False,
+        },
+    }
+
+
+def hf_config(arch, tokenizer: dict | None = None) -> dict:
+    """A Hugging Face-style config: the GPT-2 names where they mean the same, ltsedge's per-layer fields beside."""
+    return {
+        "model_type": f"ltsedge-{arch.backbone}",
+        "architectures": [f"ltsedge.backbones.{arch.backbone}"],
+        "vocab_size": arch.vocab_size,
+        "n_positions": arch.n_positions,
+        "n_embd": arch.d_model,
+        "n_layer": arch.n_layer,
+        "n_head": arch.n_head[0],
+        "n_inner": arch.d_inner[0],
+        "layer_norm_epsilon": 1e-5,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        **special_token_ids(arch, tokenizer),
+        "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
+                    "n_head_per_layer": list(arch.n_head), "head_dim_per_layer": list(arch.d_head),
+                    "d_inner_per_layer": list(arch.d_inner)},
+    }
+
+
+def hf_generation_config(arch, tokenizer: dict | None = None) -> dict:
+    ids = special_token_ids(arch, tokenizer)
+    return {"bos_token_id": ids["bos_token_id"], "eos_token_id": ids["eos_token_id"],
+            "pad_token_id": ids["pad_token_id"], "max_length": arch.n_positions, "do_sample": False,
+            "use_cache": True, "transformers_version": None, "ltsedge_version": ltsedge.__version__}

@@ -1,0 +1,138 @@
+"""The deployable bundle: `ltsedge export --variant generate` with trained weights, run by onnxruntime-genai
+(its Python API, as an app would) with the reference's greedy tokens; bad --weights/--tokenizer input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from ltsedge.architecture import Architecture
+from ltsedge.backbones import get_backbone
+from ltsedge.generation import greedy
+
+HETEROGENEOUS = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128, 256, 96], vocab_size=300,
+                             n_positions=96)
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def trained_like(arch, path, seed=0, suffix=".pt"):
+    """A state_dict with weights far from the init (as training leaves them), saved as a user would."""
+    model = get_backbone(arch.backbone).build_model(arch)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.5 if p.dim() > 1 else 0.2))
+    state = model.state_dict()
+    if suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    else:
+        torch.save(state, path)
+    return model
+
+
+def arch_file(tmp_path, arch):
+    path = tmp_path / "arch.json"
+    path.write_text(arch.to_json())
+    return path
+
+
+def reference_tokens(model, prompt, n):
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            mask = torch.ones_like(ids)
+            logits, _ = model.forward_with_cache(ids, mask, torch.arange(ids.size(1))[None])
+            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return ids[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
+    weights = tmp_path / f"w{suffix}"
+    model = trained_like(HETEROGENEOUS, weights, suffix=suffix)
+    proc = run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
+               "-o", tmp_path / "bundle")
+    assert proc.returncode == 0, proc.stderr
+    bundle = tmp_path / "bundle"
+    assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
+                                                 "generation_config.json"}
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["ltsedge"]["n_head_per_layer"] == [2, 8, 4]
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_modelmeta().custom_metadata_map["ltsedge.weights"] == "trained"
+    prompt = [5, 17, 99, 3, 250]
+    got = greedy(session, np.array([prompt]), 12).tokens[0].tolist()
+    assert got == reference_tokens(model, prompt, 12)
+
+
+def test_onnxruntime_genai_generates_the_reference_tokens(tmp_path):
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    weights = tmp_path / "w.pt"
+    model = trained_like(HETEROGENEOUS, weights, seed=3)
+    assert run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
+               "-o", tmp_path / "bundle").returncode == 0
+    genai_model = og.Model(str(tmp_path / "bundle"))
+    for prompt in ([5, 17, 99, 3, 250], [1, 2]):
+        params = og.GeneratorParams(genai_model)
+        params.set_search_options(max_length=len(prompt) + 10)
+        generator = og.Generator(genai_model, params)
+        generator.append_tokens(prompt)
+        session = ort.InferenceSession(str(tmp_path / "bundle" / "model.onnx"), providers=["CPUExecutionProvider"])
+        ours = greedy(session, np.array([prompt]), 10)
+        tokens = []
+        for step in range(10):
+            np.testing.assert_allclose(generator.get_logits()[0, -1], ours.logits[step][0], atol=1e-3)
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        assert tokens == ours.tokens[0].tolist() == reference_tokens(model, prompt, 10)
+
+
+def test_tokenizer_goes_into_the_bundle_and_names_the_special_tokens(tmp_path):
+    tokenizer = tmp_path / "tok" / "tokenizer.json"
+    tokenizer.parent.mkdir()
+    tokenizer.write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []},
+                                     "added_tokens": [{"id": 299, "content": "<|endoftext|>", "special": True}]}))
+    (tokenizer.parent / "tokenizer_config.json").write_text("{}")
+    proc = run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--tokenizer", tokenizer,
+               "-o", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == tokenizer.read_bytes()
+    assert (tmp_path / "b" / "tokenizer_config.json").is_file()
+    genai = json.loads((tmp_path / "b" / "genai_config.json").read_text())
+    assert genai["model"]["eos_token_id"] == 299 and genai["model"]["pad_token_id"] == 299
+
+
+def test_bad_weights_and_tokenizer_are_one_line_exit_2(tmp_path):
+    arch = arch_file(tmp_path, HETEROGENEOUS)
+    other = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128, 128, 96], vocab_size=300,
+                         n_positions=96)
+    trained_like(other, tmp_path / "other.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a pickle at all")
+    torch.save({"h.0.attn.c_attn.weight": torch.zeros(3)}, tmp_path / "partial.pt")
+    (tmp_path / "tokenizer.json").write_text("{ nope")
+    cases = [
+        (["--weights", tmp_path / "missing.pt"], "weights file not found"),
+        (["--weights", tmp_path / "other.pt"], "tensor 'h.1.mlp.c_fc.weight' has shape [128, 64], the architecture needs [256, 64]"),
+        (["--weights", tmp_path / "junk.pt"], "cannot be read"),
+        (["--weights", tmp_path / "partial.pt"], "tensor 'wte.weight' is missing"),
+        (["--weights", arch], "expected a PyTorch state_dict"),
+        (["--tokenizer", tmp_path / "tokenizer.json"], "is not a tokenizer.json"),
+        (["--tokenizer", tmp_path / "nope" / "tokenizer.json"], "tokenizer file not found"),
+    ]
+    for extra, message in cases:
+        proc = run("export", arch, "--variant", "generate", "-o", tmp_path / "out", *extra)
+        assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
