@@ -17,6 +17,7 @@ import pytest
 
 from ltsedge.exporters import architecture_of
 from ltsedge.files import sha256_of
+from ltsedge.generation import greedy
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
@@ -59,19 +60,40 @@ def test_outputs_exist_and_agree(smoke_search):
     frontier = json.loads((out / "frontier.json").read_text())["models"]
     assert frontier and len(frontier) == len(smoke_search.frontier)
     assert {m["id"] for m in frontier} == {r["id"] for r in csv.DictReader(open(out / "frontier.csv"))}
-    assert sorted(p.name for p in (out / "models").iterdir()) == sorted(f"{m['id']}.onnx" for m in frontier)
+    # The default objective is decode: every frontier model ships as a generation bundle.
+    assert sorted(p.name for p in (out / "models").iterdir()) == sorted(m["id"] for m in frontier)
+    assert json.loads((out / "frontier.json").read_text())["objective"] == "decode"
 
 
-def test_every_frontier_model_loads_matches_its_architecture_and_hash(smoke_search):
+def test_every_frontier_bundle_loads_matches_its_architecture_and_hashes(smoke_search):
     out = smoke_search.out_dir
     for m in json.loads((out / "frontier.json").read_text())["models"]:
+        bundle = out / m["bundle"]
+        assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
+                                                     "generation_config.json"}
+        assert m["files"] and all(sha256_of(out / rel) == sha for rel, sha in m["files"].items())
         path = out / m["onnx"]
-        assert sha256_of(path) == m["sha256"]
+        assert path == bundle / "model.onnx" and sha256_of(path) == m["sha256"]
         arch = architecture_of(path)
         assert arch.to_dict() == m["architecture"] and arch.id == m["id"]
+        assert m["decode_latency_ms"] == m["latency_ms"] > 0 and m["prefill_latency_ms"] > 0 and m["kv_cache_mb"] > 0
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert greedy(session, np.zeros((1, 4), dtype=np.int64), 3).tokens.shape == (1, 3)
+
+
+def test_objective_forward_ships_single_files(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("search", "--preset", "smoke", "--generations", 1, "--objective", "forward", "--out", out,
+                   "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline")
+    assert proc.returncode == 0, proc.stderr
+    frontier = json.loads((out / "frontier.json").read_text())
+    assert frontier["objective"] == "forward" and frontier["models"]
+    for m in frontier["models"]:
+        assert m["bundle"] is None and m["decode_latency_ms"] is None
+        session = ort.InferenceSession(str(out / m["onnx"]), providers=["CPUExecutionProvider"])
         (logits,) = session.run(None, {"input_ids": np.zeros((1, 8), dtype=np.int64)})
-        assert logits.shape == (1, 8, arch.vocab_size)
+        assert logits.shape == (1, 8, m["architecture"]["vocab_size"])
+    assert sorted(p.name for p in (out / "models").iterdir()) == sorted(f"{m['id']}.onnx" for m in frontier["models"])
 
 
 def test_frontier_is_non_dominated(smoke_search):
@@ -175,7 +197,7 @@ def test_changed_settings_refuse_to_resume_unless_restart(tmp_path):
     assert changed.returncode == 2 and "different settings" in changed.stderr and "Traceback" not in changed.stderr
     assert run_cli(*base, "--seed", 9, "--restart").returncode == 0
     shipped = sorted(p.name for p in (out / "models").iterdir())  # no model of the discarded search left
-    assert shipped == sorted(Path(m["onnx"]).name for m in json.loads((out / "frontier.json").read_text())["models"])
+    assert shipped == sorted(m["id"] for m in json.loads((out / "frontier.json").read_text())["models"])
 
 
 def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):

@@ -52,12 +52,7 @@ def resolve(options: SearchOptions):
     space = SearchSpace.load(options.space_file) if options.space_file else preset.space()
     backbone = get_backbone(space.backbone)
     objective = _objective(options.objective, backbone)
-    limit = backbone.max_sequence(space)
-    longest = profile.context + 1 if objective == "decode" else profile.sequence
-    if limit is not None and longest > limit:
-        what = f"context {profile.context} + 1" if objective == "decode" else f"sequence {profile.sequence}"
-        raise LtsedgeError(f"{what} is longer than the space's n_positions {limit}: no {space.backbone} model of "
-                           f"this space can take it; use a shorter {'context' if objective == 'decode' else '--sequence'}")
+    _check_workload(backbone, space, profile, objective)
     budgets = Budgets(
         max_latency_ms=_first(options.max_latency_ms, profile.max_latency_ms),
         max_memory_mb=_first(options.max_memory_mb, profile.max_memory_mb),
@@ -85,6 +80,19 @@ def _objective(given: str | None, backbone) -> str:
         raise LtsedgeError(f"--objective {objective} needs the {variant} variant, which backbone {backbone.name} "
                            f"does not export (variants: {', '.join(backbone.variants)})")
     return objective
+
+
+def _check_workload(backbone, space, profile, objective: str) -> None:
+    """Refuse up front a workload no model of the space can take (it would fail every candidate)."""
+    limit = backbone.max_sequence(space)
+    if limit is None:
+        return
+    if profile.sequence > limit:  # a forward pass, or a generate model's prompt
+        raise LtsedgeError(f"sequence {profile.sequence} is longer than the space's n_positions {limit}: no "
+                           f"{space.backbone} model of this space can take it; use --sequence <= {limit}")
+    if objective != "forward" and profile.context + 1 > limit:
+        raise LtsedgeError(f"context {profile.context} + 1 new token is longer than the space's n_positions {limit}: "
+                           f"set the profile's [workload] context <= {limit - 1}")
 
 
 def _first(*values):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.search.baseline import baseline_architectures, compare
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import Candidate, CandidateEvaluator
+from ltsedge.search.evaluate import OBJECTIVES, Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, publish
 from ltsedge.search.outdir import OutputDir
 
@@ -27,7 +27,8 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
            runner_factory, log, with_baseline: bool = True) -> Finished:
     careful = strict(profile)
     with runner_factory(careful, log=log) as runner:
-        published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log)
+        published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
+                            variant=OBJECTIVES[settings.objective][0])
         baseline: list[Candidate] = []
         if with_baseline and settings.baseline is not None:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),

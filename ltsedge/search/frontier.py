@@ -7,7 +7,7 @@ checks every kept file's sha256 against the one recorded when it was measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
+from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.files import sha256_of
 from ltsedge.runners import Runner
 from ltsedge.search.budgets import Budgets
@@ -71,42 +72,69 @@ class HypervolumeScale:
 @dataclass
 class PublishedModel:
     candidate: Candidate
-    path: Path
-    sha256: str
+    path: Path  # the ONNX model measured (in a bundle: its model.onnx)
+    sha256: str  # of that file
+    files: dict[str, str] = field(default_factory=dict)  # every file shipped, relative to OUT -> sha256
+
+    @property
+    def bundle(self) -> Path | None:
+        return self.path.parent if self.path.name == MODEL_FILE else None
 
 
 def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
-            target_ort: str | None = None, log=print) -> list[PublishedModel]:
+            target_ort: str | None = None, log=print, variant: str = "forward") -> list[PublishedModel]:
     """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
 
+    The forward variant ships as ``models/<id>.onnx``, the generate variant as a bundle ``models/<id>/``.
     Models an earlier (restarted or interrupted) search of this directory published are removed;
     only files the manifest records as ltsedge's are ever touched."""
-    keep = {f"{MODELS}/{c.arch.id}.onnx" for c in front}
+    keep = {c.arch.id for c in front}
     for stale in outdir.files_under(MODELS):
-        if stale not in keep:
+        if _model_id(stale) not in keep:
             outdir.remove(stale)
     written = []
     for c in front:
-        rel = f"{MODELS}/{c.arch.id}.onnx"
-        sha = export_model(c.arch, target_ort=target_ort).save(outdir.path(rel))
-        written.append((c, rel, sha))
+        exported = export_model(c.arch, target_ort=target_ort, variant=variant)
+        if variant == "generate":
+            files = write_bundle(exported, outdir.root / MODELS / c.arch.id, claim=_claimer(outdir))
+            files = {f"{MODELS}/{c.arch.id}/{name}": sha for name, sha in files.items()}
+            model_rel = f"{MODELS}/{c.arch.id}/{MODEL_FILE}"
+        else:
+            model_rel = f"{MODELS}/{c.arch.id}.onnx"
+            if exported.needs_external_data():
+                outdir.path(model_rel + ".data")
+            saved = exported.save_files(outdir.path(model_rel))
+            files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}
+        written.append((c, model_rel, files))
     remeasured = runner.measure_many([outdir.root / rel for _, rel, _ in written])
     published = []
-    for (c, rel, sha), m in zip(written, remeasured):
+    for (c, rel, files), m in zip(written, remeasured):
         record = m.to_dict()
         if not record.get("ok"):
             log(f"warning: {c.arch.id} failed its final measurement ({record.get('error')}); keeping the search figures")
             record = {**c.measurement, "final_measurement_error": record.get("error")}
-        published.append(PublishedModel(Candidate(c.arch, c.params, record, "final", c.generation),
-                                        outdir.root / rel, sha))
+        final = replace(c, measurement=record, source="final")
+        published.append(PublishedModel(final, outdir.root / rel, files[rel], files))
     kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in published], budgets)}
     for p in published:
         if p.candidate.arch.id not in kept_ids:  # dominated once measured strictly
-            outdir.remove(p.path.relative_to(outdir.root).as_posix())
+            for rel in p.files:
+                outdir.remove(rel)
     published = [p for p in published if p.candidate.arch.id in kept_ids]
     for p in published:
-        verify_sha256(p.path, p.sha256)
+        for rel, sha in p.files.items():
+            verify_sha256(outdir.root / rel, sha)
     return sorted(published, key=lambda p: p.candidate.params.decoder_params)
+
+
+def _model_id(rel: str) -> str:
+    """``models/<id>.onnx[.data]`` or ``models/<id>/<file>`` -> ``<id>``."""
+    name = rel.split("/")[1]
+    return name.split(".onnx")[0]
+
+
+def _claimer(outdir: OutputDir):
+    return lambda path: outdir.path(path.relative_to(outdir.root).as_posix())
 
 
 def verify_sha256(path: Path, expected: str) -> None:

@@ -49,14 +49,14 @@ PRESETS = {
         dict(n_layer=_grid(2, 6, 1), d_model=_grid(128, 384, 64), d_inner=_grid(256, 1536, 64), d_embed=(128, 256),
              div_val=(1, 2)),
         12, 5, BaselineSpec(d_model=384, d_inner=1536, n_head=8, layers=(1, 2, 3, 4, 5, 6)),
-        {"sequence": 64, "warmup": 1, "min_runs": 3, "max_runs": 20, "max_seconds": 3.0, "tolerance": 0.05},
+        {"sequence": 64, "context": 64, "warmup": 1, "min_runs": 3, "max_runs": 20, "max_seconds": 3.0, "tolerance": 0.05},
     ),
     "smoke": Preset(
         "smoke", "tiny models (vocabulary 512, d_model 32-64), 2 generations of 6, sequence 16: for tests",
         dict(n_layer=(1, 2), d_model=(32, 64), n_head=(2, 4), d_inner=_grid(64, 256, 32), d_embed=(16, 32),
              div_val=(1, 2), vocab_size=512, n_positions=64),
         6, 2, BaselineSpec(d_model=64, d_inner=128, n_head=2, layers=(1, 2)),
-        {"sequence": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,
+        {"sequence": 16, "context": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,
          "drift_check_every": 0},
     ),
 }

@@ -13,10 +13,12 @@ from ltsedge.search.frontier import PublishedModel
 if TYPE_CHECKING:
     from ltsedge.search.run import SearchResult
 
-FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "peak_memory_mb",
+FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "prefill_latency_ms",
+                    "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",
                     "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"]
 CANDIDATE_COLUMNS = ["id", "generation", "source", "ok", "feasible", "decoder_params", "total_params",
-                     "latency_ms", "latency_p90_ms", "peak_memory_mb", "error", "violations", "n_layer", "d_model",
+                     "latency_ms", "latency_p90_ms", "prefill_latency_ms", "decode_latency_ms", "peak_memory_mb",
+                     "error", "violations", "n_layer", "d_model",
                      "n_head", "d_inner", "d_embed", "div_val"]
 
 
@@ -41,8 +43,10 @@ def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
         "decoder_params": c.params.decoder_params, "total_params": c.params.total_params,
         "latency_ms": m.get("latency_ms"), "latency_p90_ms": m.get("latency_p90_ms"),
         "latency_cv": m.get("latency_cv"), "peak_memory_mb": m.get("peak_memory_mb"),
-        "weights_mb": m.get("weights_mb"),
-        "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256, "measurement": m,
+        "weights_mb": m.get("weights_mb"), "prefill_latency_ms": m.get("prefill_latency_ms"),
+        "decode_latency_ms": m.get("decode_latency_ms"), "kv_cache_mb": m.get("kv_cache_mb"),
+        "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256,
+        "bundle": str(p.bundle.relative_to(out_dir)) if p.bundle else None, "files": p.files, "measurement": m,
     }
 
 
@@ -68,7 +72,8 @@ def write_outputs(result: SearchResult) -> None:
     out_dir, summary, comparison = result.out_dir, result.summary, result.baseline
     entries = [frontier_entry(p, out_dir) for p in result.frontier]
     _write_json(out_dir / "frontier.json", {"device": summary["device"]["name"], "fingerprint": summary["fingerprint"],
-                                            "export": summary.get("export", {}), "models": entries})
+                                            "export": summary.get("export", {}),
+                                            "objective": summary["settings"]["objective"], "models": entries})
     _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
                [{**e, **_flat_arch(p.candidate.arch)} for e, p in zip(entries, result.frontier)])
     rows = []
@@ -77,6 +82,7 @@ def write_outputs(result: SearchResult) -> None:
         m = c.measurement
         rows.append({**record, **_flat_arch(c.arch), "latency_ms": m.get("latency_ms"),
                      "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),
+                     "prefill_latency_ms": m.get("prefill_latency_ms"), "decode_latency_ms": m.get("decode_latency_ms"),
                      "error": m.get("error") or "", "violations": " ".join(record["violations"])})
     _write_csv(out_dir / "candidates.csv", CANDIDATE_COLUMNS, rows)
     if comparison:

@@ -17,6 +17,13 @@ def _spread(items: list, n: int) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
+def _p90(measurement: dict, objective: str) -> float:
+    """The 90th percentile of the objective's runs (a generate model's prefill has its own)."""
+    if objective == "prefill":
+        return (measurement.get("workloads") or {}).get("prefill", {}).get("latency_p90_ms", float("nan"))
+    return measurement["latency_p90_ms"]
+
+
 def print_summary(result: SearchResult, console: Console | None = None) -> None:
     console = console or Console()
     s = result.summary
@@ -27,13 +34,15 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         f"{ev['measured']} measured, {ev['cached']} from the store, {ev['failed']} failed, "
         f"{ev['skipped']} outside the parameter budget, {s['wall_seconds'] / 60:.1f} min on {s['device']['name']}"
     )
-    table = Table(title=f"Pareto frontier ({len(result.frontier)} models)")
-    for column in ("id", "decoder params", "latency ms (p90)", "peak MB", "layers x d_model"):
+    objective = s["settings"].get("objective", "forward")
+    latency = {"forward": "latency ms (p90)", "prefill": "prefill ms (p90)", "decode": "ms/token (p90)"}[objective]
+    table = Table(title=f"Pareto frontier ({len(result.frontier)} models, objective: {objective})")
+    for column in ("id", "decoder params", latency, "peak MB", "layers x d_model"):
         table.add_column(column, justify="right" if column != "id" else "left")
     for p in _spread(result.frontier, MAX_ROWS):
         c, m = p.candidate, p.candidate.measurement
         table.add_row(c.arch.id, f"{c.params.decoder_params / 1e6:.2f}M",
-                      f"{m['latency_ms']:.1f} ({m['latency_p90_ms']:.1f})", f"{m['peak_memory_mb']:.0f}",
+                      f"{c.latency_ms:.3g} ({_p90(m, objective):.3g})", f"{m['peak_memory_mb']:.3g}",
                       f"{c.arch.n_layer} x {c.arch.d_model}")
     console.print(table)
     if len(result.frontier) > MAX_ROWS:
@@ -47,10 +56,10 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         for r in result.baseline:
             if r["speedup"] is None:
                 base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M",
-                             f"{r['latency_ms']:.1f}" if r["latency_ms"] else "failed", "-", "-", "-")
+                             f"{r['latency_ms']:.3g}" if r["latency_ms"] else "failed", "-", "-", "-")
             else:
-                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.1f}",
-                             f"{r['frontier_latency_ms']:.1f}", f"{r['speedup']:.2f}x", f"{r['memory_ratio']:.2f}x")
+                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.3g}",
+                             f"{r['frontier_latency_ms']:.3g}", f"{r['speedup']:.2f}x", f"{r['memory_ratio']:.2f}x")
         console.print(base)
         if not compared:
             console.print("no frontier model reaches the baseline's decoder parameters")
