@@ -2,10 +2,11 @@
 
 For three architectures (2 layers x d_model 256, 6 x 512, 16 x 1024; vocabulary 50257; sequence 192),
 print the wall time of building the PyTorch model and exporting it to ONNX (in memory), writing the
-file, creating the onnxruntime session from it, and one forward pass. Medians over --repeats runs,
-each in a fresh state for the model (the shared weight buffer stays warm, as in a search).
+file, creating the onnxruntime session from it, and one run: a forward pass of 192 tokens (forward
+variant) or one decode step after a cache of 192 tokens (generate variant). Medians over --repeats
+runs, each in a fresh state for the model (the shared weight buffer stays warm, as in a search).
 
-    python benchmarks/export.py [--repeats 3] [--fresh-weights]
+    python benchmarks/export.py [--repeats 3] [--fresh-weights] [--variant forward|generate|both]
 """
 
 from __future__ import annotations
@@ -32,19 +33,29 @@ def arch_for(n_layer: int, d_model: int) -> Architecture:
                         d_inner=[min(4 * d_model, 4096)] * n_layer)
 
 
-def one_run(arch: Architecture, path: Path, shared: bool) -> dict:
+def feeds_for(exported, context: int = 192) -> dict:
+    if exported.spec.variant == "forward":
+        return {"input_ids": np.zeros((1, 192), dtype=np.int64)}
+    feeds = {"input_ids": np.zeros((1, 1), dtype=np.int64), "attention_mask": np.ones((1, context + 1), np.int64),
+             "position_ids": np.array([[context]])}
+    for t in exported.spec.input("past"):
+        feeds[t.name] = np.zeros((1, t.dims[1], context, t.dims[3]), np.float32)
+    return feeds
+
+
+def one_run(arch: Architecture, path: Path, shared: bool, variant: str) -> dict:
     t0 = time.perf_counter()
-    exported = export_model(arch, shared_weights=shared)
+    exported = export_model(arch, shared_weights=shared, variant=variant)
     t1 = time.perf_counter()
     exported.save(path, digest=False)  # as the search writes its scratch files
     t2 = time.perf_counter()
     options = ort.SessionOptions()
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     t3 = time.perf_counter()
-    ids = np.zeros((1, 192), dtype=np.int64)
-    session.run(None, {"input_ids": ids})  # first run: allocations
+    feeds = feeds_for(exported)
+    session.run(None, feeds)  # first run: allocations
     t4 = time.perf_counter()
-    session.run(None, {"input_ids": ids})
+    session.run(None, feeds)
     t5 = time.perf_counter()
     return {"export": t1 - t0, "save": t2 - t1, "load": t3 - t2, "first_run": t4 - t3, "inference": t5 - t4,
             "total": t3 - t0, "mb": exported.nbytes / 1e6}
@@ -54,18 +65,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fresh-weights", action="store_true", help="initialise every tensor (no shared buffer)")
+    parser.add_argument("--variant", choices=("forward", "generate", "both"), default="both")
     args = parser.parse_args()
+    variants = ("forward", "generate") if args.variant == "both" else (args.variant,)
     export_model(arch_for(1, 64))  # imports and the onnxruntime probe, paid once per process
-    print(f"{'architecture':<14}{'params':>8}{'file MB':>9}{'export':>8}{'save':>7}{'load':>7}"
-          f"{'build+export+load':>19}{'inference':>11}")
+    print(f"{'architecture':<14}{'variant':>9}{'params':>8}{'file MB':>9}{'export':>8}{'save':>7}{'load':>7}"
+          f"{'build+export+load':>19}{'one run':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n_layer, d_model in SHAPES:
             arch = arch_for(n_layer, d_model)
-            runs = [one_run(arch, Path(tmp) / "m.onnx", not args.fresh_weights) for _ in range(args.repeats)]
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            params = count_params(arch).total_params / 1e6
-            print(f"{n_layer:>2} x {d_model:<9}{params:>7.0f}M{med['mb']:>9.0f}{med['export']:>7.2f}s"
-                  f"{med['save']:>6.2f}s{med['load']:>6.2f}s{med['total']:>18.2f}s{med['inference']:>10.3f}s")
+            for variant in variants:
+                runs = [one_run(arch, Path(tmp) / "m.onnx", not args.fresh_weights, variant)
+                        for _ in range(args.repeats)]
+                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                params = count_params(arch).total_params / 1e6
+                print(f"{n_layer:>2} x {d_model:<9}{variant:>9}{params:>7.0f}M{med['mb']:>9.0f}{med['export']:>7.2f}s"
+                      f"{med['save']:>6.2f}s{med['load']:>6.2f}s{med['total']:>18.2f}s{med['inference']:>9.3f}s")
 
 
 if __name__ == "__main__":
