@@ -18,14 +18,29 @@ class Measurement:
     # fail the same way again) or "environment" (a timeout, a memory limit, a crash, out of memory:
     # another run may succeed). Only the model's own failures are answered from the store.
     failure_kind: str | None = None
-    # Latency of one forward pass (ms): median of the timed runs, 90th percentile, fastest, and the
-    # coefficient of variation; converged = the median's 95% interval got within the tolerance.
+    # Latency (ms) of one run of the workload: every sample of the model is paired with a sample of
+    # the reference model (runners/timing.py); the figure is the median ratio (latency_ratio) times
+    # the run's calibration of the reference (calibration_ms). Also the 90th percentile, fastest and
+    # CV of the ratios (in ms), the median's order-statistic interval and the coverage it really has
+    # (latency_low/high_ms, latency_coverage); converged = that interval got within the tolerance at
+    # 95% overall. runs = samples (each of runs_per_sample runs); stopped_early = raced out after a
+    # first estimate, dominated beyond its uncertainty (racing.py). reference_ms: the reference's own
+    # median meanwhile; drift: its change against the calibration, when beyond the run's noise.
     latency_ms: float | None = None
     latency_p90_ms: float | None = None
     latency_min_ms: float | None = None
     latency_cv: float | None = None
     runs: int = 0
     converged: bool = False
+    latency_ratio: float | None = None
+    latency_low_ms: float | None = None
+    latency_high_ms: float | None = None
+    latency_coverage: float | None = None
+    runs_per_sample: int = 1
+    stopped_early: bool = False
+    reference_ms: float | None = None
+    calibration_ms: float | None = None
+    drift: float | None = None
     # A generate model is timed on two workloads: the prompt's prefill (``sequence`` tokens, empty
     # cache) and decode (one token after ``context`` cached ones). Its latency_ms above is decode's,
     # per generated token; kv_cache_mb is the cache at that context. None for a forward model.

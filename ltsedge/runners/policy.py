@@ -1,23 +1,27 @@
-"""Between two models: the thermal cool-down and the drift check, with the clock and sensors injected.
+"""Between models: the thermal cool-down and the drift guard, with the clock and sensors injected.
 
 Cool-down (fan-less boards): sleep ``cooldown_s``, then, if ``max_temperature_c`` is set and the
 temperature readable, wait until the hottest thermal zone is below it, at most ``max_cooldown_wait_s``.
 
-Drift: a reference model is timed before a batch and every ``drift_check_every`` models. Its median
-has drifted when it moved by more than ``drift_limit`` = max(3 x tolerance, 5%) from the first
-reference measurement. Three times the tolerance, because two medians each known within
-+-tolerance can differ by twice that with nothing changed; 5% at least, because a shared machine
-wanders by a few percent all day. Recovery uses the same limit (waiting for +-tolerance could
-outlast any cool-down on a noisy machine).
+Drift guard: every model is timed in alternation with the reference model (``timing.py``), so every
+measurement says how fast the reference ran meanwhile, at no extra cost. The guard compares that
+with the run's calibration (the reference alone, after warm-up, at the start of the run; kept for the
+whole run, across a resume). A change beyond the run's own noise — ``max(DRIFT_FLOOR, 4 x`` the
+calibration's relative spread) — in either direction is drift: the model is measured once more. The
+ratios already cancel a machine that is uniformly slower or faster; the second measurement guards
+against what does not cancel (a phase change in the middle of a model's samples). Nothing waits on
+drift itself: a machine that got faster is good news, and a busy neighbour does not leave because we
+sleep. Only a board that reports heat or throttling is given its cool-down.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 WAIT_STEP_S = 1.0  # how often to re-read the temperature while waiting
-DRIFT_RETRY_S = 5.0  # pause between two reference measurements while waiting for recovery
-MIN_DRIFT_LIMIT = 0.05
+DRIFT_FLOOR = 0.10  # a shared VM's reference wanders by a few percent all day
 
 
 def cool_down(profile, *, temperature: Callable[[], float | None], clock: Callable[[], float],
@@ -41,9 +45,32 @@ def cool_down(profile, *, temperature: Callable[[], float | None], clock: Callab
         sleep(min(WAIT_STEP_S, profile.max_cooldown_wait_s - waited))
 
 
-def drift_limit(profile) -> float:
-    return max(3 * profile.tolerance, MIN_DRIFT_LIMIT)
+@dataclass(frozen=True)
+class Calibration:
+    """The reference model alone, after warm-up: its median per-run time and its relative spread."""
+
+    reference_ms: float
+    noise: float  # median absolute deviation / median of the calibration samples
+
+    @classmethod
+    def from_samples(cls, samples: list[float]) -> Calibration:
+        median = statistics.median(samples)
+        mad = statistics.median(abs(s - median) for s in samples)
+        return cls(median, mad / median if median > 0 else 0.0)
+
+    def to_dict(self) -> dict:
+        return {"reference_ms": self.reference_ms, "noise": self.noise}
 
 
-def relative_change(latency_ms: float, baseline_ms: float) -> float:
-    return (latency_ms - baseline_ms) / baseline_ms
+class DriftGuard:
+    """Has the machine changed since the calibration? Judged against the run's own noise."""
+
+    def __init__(self, calibration: Calibration, floor: float = DRIFT_FLOOR):
+        self.calibration = calibration
+        self.limit = max(floor, 4 * calibration.noise)
+
+    def change(self, reference_ms: float) -> float:
+        return reference_ms / self.calibration.reference_ms - 1
+
+    def drifted(self, reference_ms: float) -> bool:
+        return abs(self.change(reference_ms)) > self.limit

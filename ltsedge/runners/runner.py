@@ -24,13 +24,36 @@ from ltsedge.devices import DeviceProfile, check_provider
 from ltsedge.devices.fingerprint import Sensors, machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy, stats
+from ltsedge.runners.inputs import PRIMARY_WORKLOAD
 from ltsedge.runners.measurement import Measurement
+from ltsedge.runners.policy import Calibration, DriftGuard
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
+from ltsedge.runners.racing import Race
 from ltsedge.runners.reference import reference_model
 from ltsedge.wire import weights_mb
 
 RESTART_GROWTH_MB = 64.0
+CALIBRATION_S = 1.0  # of the reference alone, before the first model
+PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
+                  "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
+                  "stopped_early", "runs_per_sample")
+
+
+def calibrated(samples: dict, calibration_ms: float) -> dict:
+    """A workload's paired samples -> its figures: the median ratio to the reference, in ms through the
+    run's calibration, with the median's interval and the coverage it really has."""
+    ratios = [m / r for m, r in zip(samples["model_ms"], samples["reference_ms"]) if r > 0]
+    summary = stats.summarize(ratios)
+    low, high, coverage = stats.interval_with_coverage(sorted(ratios))
+    return {"latency_ms": summary["latency_ms"] * calibration_ms, "latency_ratio": summary["latency_ms"],
+            "latency_p90_ms": summary["latency_p90_ms"] * calibration_ms,
+            "latency_min_ms": summary["latency_min_ms"] * calibration_ms, "latency_cv": summary["latency_cv"],
+            "latency_low_ms": low * calibration_ms, "latency_high_ms": high * calibration_ms,
+            "latency_coverage": coverage, "runs": len(ratios), "converged": samples["converged"],
+            "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
+            "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
+            "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"]}
 
 Model = str | Path | bytes
 
@@ -45,7 +68,8 @@ class Runner:
     def __init__(self, profile: DeviceProfile, *, timeout_s: float | None = None,
                  memory_limit_mb: float | None = None, log: Callable[[str], None] | None = None,
                  sensors: Any = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, fresh_worker_per_model: bool = False):
+                 sleep: Callable[[float], None] = time.sleep, fresh_worker_per_model: bool = False,
+                 calibration: Calibration | None = None):
         check_provider(profile)
         # A fresh worker per model: slower (onnxruntime starts each time), but a model's peak memory is
         # then never lowered by pages an earlier, larger model left in the process (measured: a 4.2 MB
@@ -60,47 +84,61 @@ class Runner:
         self._worker: WorkerProcess | None = None
         self._reference_path: Path | None = None
         self._count = 0
+        # The reference's speed at the start of the run: milliseconds = ratio x this. Given (a resumed
+        # search keeps its own), or measured before the first model.
+        self.calibration = calibration
+        self._guard = DriftGuard(calibration) if calibration else None
 
     # -- public API ------------------------------------------------------------------------------
-    def measure(self, model: Model, *, shapes: dict[str, list[int]] | None = None) -> Measurement:
+    def measure(self, model: Model, *, shapes: dict[str, list[int]] | None = None, race: Race | None = None
+                ) -> Measurement:
         """Load, warm up and time one model. Model failures come back as ``ok=False``, never raised."""
         path, temporary = self._model_path(model)
         try:
-            return self._measure_path(path, shapes)
+            return self._measure_path(path, shapes, race)
         finally:
             if temporary:
                 path.unlink(missing_ok=True)
 
     def measure_many(self, models: list[Model], *, shapes: dict[str, list[int]] | None = None,
-                     on_result: Callable[[int, Measurement], None] | None = None) -> list[Measurement]:
-        """Measure a batch with a cool-down between models and the drift check (see policy.py):
-        the reference model is timed before the batch, every ``drift_check_every`` models and after
-        the last one; when it drifted, wait for it to come back and re-measure the models since the
-        last good check. ``on_result(i, measurement)`` is called as soon as model i is measured (and
-        again if it is re-measured), so a caller can keep every figure even if the batch is interrupted."""
+                     on_result: Callable[[int, Measurement], None] | None = None,
+                     race: Callable[[int], Race | None] | None = None) -> list[Measurement]:
+        """Measure a batch, with the cool-down between models and the drift guard (see policy.py): a
+        model during which the reference drifted beyond the run's noise is measured once more.
+        ``race(i)`` gives model i's race (racing.py), asked just before it is measured so that it sees
+        the figures of the models before it. ``on_result(i, measurement)`` is called as soon as model i
+        is measured (and again if it is re-measured), so a caller keeps every figure even if the batch
+        is interrupted."""
         report = on_result or (lambda i, m: None)
         for model in models:  # a missing file is the caller's error: say so before measuring anything
             if not isinstance(model, (bytes, bytearray, memoryview)) and not Path(model).is_file():
                 raise LtsedgeError(f"model file not found: {model}")
-        every = self.profile.drift_check_every
-        baseline = self._reference_baseline() if models and every else None
         results: list[Measurement] = []
-        unchecked: list[int] = []
         for i, model in enumerate(models):
             if i:
                 self._cool_down()
-            results.append(self.measure(model, shapes=shapes))
-            report(i, results[i])
-            unchecked.append(i)
-            if baseline is not None and (len(unchecked) >= every or i == len(models) - 1):
-                if not self._reference_holds(baseline, len(unchecked)):
-                    for j in unchecked:
-                        self._cool_down()
-                        results[j] = self.measure(models[j], shapes=shapes)
-                        results[j].drift_remeasured = True
-                        report(j, results[j])
-                unchecked = []
+            result = self.measure(model, shapes=shapes, race=race(i) if race else None)
+            if result.drift is not None and self.profile.drift_check_every:
+                self.log(f"the reference model ran {result.drift:+.0%} against the run's calibration while "
+                         f"model {i + 1} was timed (limit {self._guard.limit:.0%}); measuring it again")
+                report(i, result)
+                self._cool_down()
+                result = self.measure(model, shapes=shapes, race=race(i) if race else None)
+                result.drift_remeasured = True
+            results.append(result)
+            report(i, result)
         return results
+
+    def calibrate(self) -> Calibration:
+        """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
+        if self.calibration is None:
+            worker = self._ensure_worker()
+            reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
+                                    "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
+                                   timeout_s=self.profile.timeout_s, memory_limit_mb=None)
+            self.calibration = Calibration.from_samples(reply["reference_ms"])
+            self._guard = DriftGuard(self.calibration)
+        return self.calibration
 
     def fingerprint(self) -> dict[str, Any]:
         return machine_fingerprint(self.profile)
@@ -134,14 +172,16 @@ class Runner:
             raise LtsedgeError(f"model file not found: {path}")
         return path.resolve(), False  # the worker runs in another directory
 
-    def _measure_path(self, path: Path, shapes: dict[str, list[int]] | None) -> Measurement:
+    def _measure_path(self, path: Path, shapes: dict[str, list[int]] | None, race: Race | None) -> Measurement:
+        try:
+            self.calibrate()
+        except WorkerDied as e:
+            self._worker = None
+            return Measurement.failure(f"the reference model could not be timed: {e}")
         worker = self._ensure_worker()
         first_model = worker.served == 0
-        # The warm-up model takes onnxruntime's one-time costs out of every model's figure. A worker that
-        # cannot reset its peak counter serves one model only: there the warm-up's peak would be the floor.
-        warmup = str(self._reference()) if worker.hello["peak_resettable"] else None
-        request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile), "shapes": shapes,
-                   "warmup_path": warmup}
+        request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile),
+                   "shapes": shapes, "reference_path": str(self._reference()), "race": race}
         try:
             reply = worker.request(request, timeout_s=self.profile.timeout_s,
                                    memory_limit_mb=self.profile.memory_limit_mb)
@@ -164,18 +204,20 @@ class Runner:
         if not reply.get("ok"):
             return Measurement.failure(reply.get("error") or "unknown failure",
                                        reply.get("failure_kind", "environment"), **common)
-        times = reply["latencies_ms"]
-        timed = {name: {**stats.summarize(w["latencies_ms"]), "runs": len(w["latencies_ms"]),
-                        "converged": w["converged"]} for name, w in reply.get("workloads", {}).items()}
+        figures = {name: calibrated(w, self.calibration.reference_ms) for name, w in reply["workloads"].items()}
+        primary = figures.get(PRIMARY_WORKLOAD) or next(iter(figures.values()))
         generation = {}
-        if "decode" in timed:
-            generation = dict(workload="decode", prefill_latency_ms=timed.get("prefill", {}).get("latency_ms"),
-                              decode_latency_ms=timed["decode"]["latency_ms"], kv_cache_mb=reply.get("kv_cache_mb"),
-                              workloads=timed)
-        return Measurement(ok=True, error=None, runs=len(times), converged=reply["converged"], **generation,
+        if "prefill" in figures or "decode" in figures:
+            generation = dict(workload=PRIMARY_WORKLOAD if "decode" in figures else "prefill",
+                              prefill_latency_ms=figures.get("prefill", {}).get("latency_ms"),
+                              decode_latency_ms=figures.get("decode", {}).get("latency_ms"),
+                              kv_cache_mb=reply.get("kv_cache_mb"), workloads=figures)
+        reference_ms = primary["reference_ms"]
+        drift = self._guard.change(reference_ms) if self._guard and self._guard.drifted(reference_ms) else None
+        return Measurement(ok=True, error=None, **{k: primary[k] for k in PRIMARY_FIELDS}, **generation,
+                           calibration_ms=self.calibration.reference_ms, drift=drift,
                            peak_memory_mb=reply["peak_memory_mb"],
-                           device_peak_memory_mb=reply.get("device_peak_memory_mb"),
-                           **stats.summarize(times), **common)
+                           device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
 
     # -- the worker ------------------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
@@ -207,39 +249,6 @@ class Runner:
             self._reference_path = Path(self._tmp.name) / "reference.onnx"
             self._reference_path.write_bytes(reference_model())
         return self._reference_path
-
-    def _measure_reference(self) -> Measurement:
-        return self._measure_path(self._reference(), None)
-
-    def _reference_baseline(self) -> float | None:
-        ref = self._measure_reference()
-        if not ref.ok:
-            self.log(f"the drift reference model could not be measured ({ref.error}); drift check off")
-            return None
-        return ref.latency_ms
-
-    def _reference_holds(self, baseline_ms: float, n_models: int) -> bool:
-        """Is the machine as fast as at the start? If not, warn and wait (bounded) for it to recover."""
-        limit = policy.drift_limit(self.profile)
-        ref = self._measure_reference()
-        if not ref.ok:
-            self.log(f"the drift reference model could not be measured ({ref.error}); skipping this check")
-            return True
-        change = policy.relative_change(ref.latency_ms, baseline_ms)
-        if abs(change) <= limit:
-            return True
-        self.log(f"the reference model's latency drifted {change:+.1%} ({ref.latency_ms:.3g} ms vs "
-                 f"{baseline_ms:.3g} ms at the start, limit {limit:.0%}); cooling down, then re-measuring the "
-                 f"last {n_models} model(s)")
-        start = self.clock()
-        while (waited := self.clock() - start) < self.profile.max_cooldown_wait_s:
-            self.sleep(min(policy.DRIFT_RETRY_S, self.profile.max_cooldown_wait_s - waited))
-            ref = self._measure_reference()
-            if ref.ok and abs(policy.relative_change(ref.latency_ms, baseline_ms)) <= limit:
-                return False
-        self.log(f"the reference model is still off after {self.profile.max_cooldown_wait_s:g} s; re-measuring anyway")
-        return False
-
 
 def measure(model: Model, profile: DeviceProfile, *, shapes: dict[str, list[int]] | None = None,
             **runner_options: Any) -> Measurement:

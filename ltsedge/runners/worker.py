@@ -6,8 +6,10 @@ its own memory stays small and flat, so the peak memory of a model is the model'
 
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
-  -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "warmup_path": ...}
-  <- {"ok": True, "latencies_ms": [...], ...} or {"ok": False, "error": "failed to load: ..."}
+  -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "reference_path": ..., "race": Race}
+  <- {"ok": True, "workloads": {name: paired samples}, ...} or {"ok": False, "error": "failed to load: ..."}
+  -> {"cmd": "calibrate", "run": RunSettings, "reference_path": ..., "seconds": 1.0}
+  <- {"ok": True, "reference_ms": [...]}
   -> {"cmd": "exit"}  (or EOF)
 On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
 
@@ -30,9 +32,8 @@ import time
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.runners import stats
+from ltsedge.runners import timing
 from ltsedge.runners.inputs import (
-    PRIMARY_WORKLOAD,
     make_inputs,
     past_inputs,
     workloads_of,
@@ -45,6 +46,7 @@ from ltsedge.runners.memory import (
     rss_bytes,
 )
 from ltsedge.runners.protocol import RunSettings, read_message, write_message
+from ltsedge.runners.racing import Race
 
 MB = 2**20
 TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
@@ -156,53 +158,37 @@ def make_run_once(session, feeds: dict, run: RunSettings):
     return run_once
 
 
-MIN_SAMPLE_MS = 2.0  # a timed sample lasts at least this long: sub-millisecond runs are timed in batches
-MAX_PER_SAMPLE = 1000
+class Reference:
+    """The reference model, loaded once before the first baseline and kept: every model is timed in
+    alternation with it (``timing.py``), and loading it first takes onnxruntime's one-time costs (~10 MB
+    of kernel registries and allocators on a CPU; the CUDA context on a GPU) out of every model's
+    memory figure, the first model's included."""
+
+    def __init__(self, path: str, run: RunSettings):
+        session = create_session(path, run)
+        self.run_once = make_run_once(session, make_inputs(session, run), run)
+        self.session = session
+        for _ in range(3):
+            self.run_once()
+        _, self.run_ms = timing.runs_filling(self.run_once, 50.0)
 
 
-def time_runs(run_once, run: RunSettings) -> tuple[list[float], bool]:
-    """Warm-up, then timed samples until the median is known within tolerance (or the budget is spent).
-
-    A sample is one run, or for runs shorter than ``MIN_SAMPLE_MS`` (a decode step of a small model
-    takes ~0.1 ms) a batch of consecutive runs timed together and divided: the timer's resolution and
-    the scheduler's jitter would otherwise be most of the figure."""
-    for _ in range(run.warmup):
-        run_once()
-    per_sample, t0 = 0, time.perf_counter()  # how many runs fill a sample (the first, untimed, calibrates)
-    while per_sample < MAX_PER_SAMPLE and (time.perf_counter() - t0) * 1000 < MIN_SAMPLE_MS:
-        run_once()
-        per_sample += 1
-    times: list[float] = []
-    start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(per_sample):
-            run_once()
-        times.append((time.perf_counter() - t0) * 1000 / per_sample)
-        if stats.converged(times, run.min_runs, run.tolerance):
-            return times, True
-        if len(times) >= run.max_runs or time.perf_counter() - start >= run.max_seconds:
-            return times, False
+_reference: Reference | None = None
 
 
-_warmed_up = False
+def reference(run: RunSettings, path: str | None) -> Reference | None:
+    global _reference
+    if _reference is None and path:
+        _reference = Reference(path, run)
+        release_memory()
+    return _reference
 
 
-def warm_up_runtime(run: RunSettings, warmup_path: str | None) -> None:
-    """Load a small model once before the first real one: onnxruntime's one-time costs (~10 MB of
-    kernel registries and allocators on a CPU; the CUDA context on a GPU) are then in the baseline,
-    so the first model in a worker is charged the same as any later one."""
-    global _warmed_up
-    if _warmed_up or not warmup_path:
-        return
-    _warmed_up = True
-    try:
-        session = create_session(warmup_path, run)
-        make_run_once(session, make_inputs(session, run), run)()
-        del session
-    except Exception:  # noqa: BLE001 - the real model's load reports any problem
-        pass
-    release_memory()
+def calibrate(request: dict) -> dict:
+    """The reference alone: the run's calibration (and the drift guard's baseline)."""
+    ref = reference(request["run"], request["reference_path"])
+    samples = timing.calibrate(ref.run_once, request.get("seconds", 1.0))
+    return {"ok": True, "reference_ms": samples}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +196,7 @@ def warm_up_runtime(run: RunSettings, warmup_path: str | None) -> None:
 # ---------------------------------------------------------------------------------------------
 def measure(request: dict, peak_resettable: bool) -> dict:
     run = request["run"]
-    warm_up_runtime(run, request.get("warmup_path"))
+    ref = reference(run, request["reference_path"])
     device_id = int(run.provider_options.get("device_id", 0))
     release_memory()
     if peak_resettable:
@@ -231,7 +217,8 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         _test_fault(session)
         timed: dict[str, dict] = {}
         t1 = time.perf_counter()
-        for workload in workloads_of(session):
+        race: Race | None = request.get("race")
+        for workload in _ordered(workloads_of(session), race):
             try:
                 feeds = make_inputs(session, run, request.get("shapes"), workload=workload)
             except LtsedgeError as e:
@@ -242,19 +229,19 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                 reply["kv_cache_mb"] = sum(feeds[name].nbytes for name in past_inputs(session)) / MB
             try:
                 run_once = make_run_once(session, feeds, run)
-                times, converged = time_runs(run_once, run)
+                result = _time(run_once, ref, run, race if race and race.workload == workload else None, baseline)
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
                 reply["failure_kind"] = failure_kind(reply["error"])
                 return reply
-            timed[workload] = {"latencies_ms": times, "converged": converged}
+            timed[workload] = result.to_dict()
             run_once = feeds = None
+            if result.stopped_early:  # raced out on the objective: the other workloads cannot save it
+                break
         reply["inference_seconds"] = time.perf_counter() - t1
-        primary = timed[PRIMARY_WORKLOAD if PRIMARY_WORKLOAD in timed else next(iter(timed))]
         peak = peak_rss_bytes()
         gpu_after = gpu_memory_bytes(device_id) if gpu_before is not None else None
-        reply.update(ok=True, error=None, latencies_ms=primary["latencies_ms"], converged=primary["converged"],
-                     workloads=timed,
+        reply.update(ok=True, error=None, workloads=timed, reference_run_ms=ref.run_ms,
                      peak_memory_mb=max(0.0, (peak - baseline) / MB) if peak is not None else None,
                      device_peak_memory_mb=max(0.0, (gpu_after - gpu_before) / MB) if gpu_after is not None else None)
         return reply
@@ -262,6 +249,21 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         del session, feeds, run_once
         release_memory()
         reply["rss_after_mb"] = rss_bytes() / MB
+
+
+def _ordered(workloads: tuple[str, ...], race: Race | None) -> list[str]:
+    """The raced workload (the search's objective) first: if it settles the candidate, the rest is skipped."""
+    return sorted(workloads, key=lambda w: w != (race.workload if race else None))
+
+
+def _time(run_once, ref: Reference, run: RunSettings, race: Race | None, baseline: int) -> timing.Timed:
+    def settled(timed: timing.Timed) -> bool:
+        peak = peak_rss_bytes()
+        memory_mb = max(0.0, (peak - baseline) / MB) if peak is not None else None
+        return race.settled(timed.ratios, memory_mb)
+
+    return timing.time_paired(run_once, ref.run_once, ref.run_ms, run, first_estimate=race.first_estimate if race else None,
+                              stop_early=settled if race else None)
 
 
 def _test_fault(session) -> None:
@@ -304,6 +306,8 @@ def main() -> None:
             return
         if request.get("cmd") == "measure":
             write_message(replies, measure(request, peak_resettable))
+        elif request.get("cmd") == "calibrate":
+            write_message(replies, calibrate(request))
         else:
             write_message(replies, {"ok": False, "error": f"unknown worker command {request.get('cmd')!r}"})
 

@@ -1,0 +1,46 @@
+"""Racing: spend precision only where the Pareto front can change.
+
+Every candidate gets a cheap first estimate (``first_estimate`` paired samples). If even its most
+optimistic latency (the fastest of those samples, less the tolerance) and memory (less its noise)
+is dominated by a point of the current front — taken at its pessimistic figures — or breaks a
+budget, no amount of further timing can put it on the front: it stops there. Everything else is
+timed to full precision. The frontier is still re-measured strictly before it is published.
+
+Pure and picklable: the parent sends a ``Race`` with each request, the worker asks ``settled``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MEMORY_RELATIVE, MEMORY_FLOOR_MB = 0.02, 2.0  # peak-memory noise (see check.verdict)
+
+
+@dataclass(frozen=True)
+class Race:
+    workload: str  # the objective's workload: forward, prefill or decode
+    params: int  # the candidate's decoder parameters
+    front: tuple[tuple[int, float, float], ...]  # (decoder params, latency ratio, peak MB) of the current front
+    tolerance: float  # the front's figures are known within +-tolerance
+    max_ratio: float | None = None  # the latency budget, as a ratio to the reference
+    max_memory_mb: float | None = None
+    first_estimate: int = 6  # samples before deciding: [min, max] of 6 covers the median with 96.9%
+
+    def settled(self, ratios: list[float], memory_mb: float | None) -> bool:
+        """Is the candidate off the front (or over budget) beyond its uncertainty?"""
+        if len(ratios) < self.first_estimate:
+            return False
+        fastest = min(ratios) * (1 - self.tolerance)
+        lightest = None if memory_mb is None else memory_mb - max(MEMORY_RELATIVE * memory_mb, MEMORY_FLOOR_MB)
+        if self.max_ratio is not None and fastest > self.max_ratio:
+            return True
+        if self.max_memory_mb is not None and lightest is not None and lightest > self.max_memory_mb:
+            return True
+        if lightest is None:
+            return False
+        for params, ratio, memory in self.front:
+            slowest = ratio * (1 + self.tolerance)
+            heaviest = memory + max(MEMORY_RELATIVE * memory, MEMORY_FLOOR_MB)
+            if params >= self.params and slowest < fastest and heaviest < lightest:
+                return True
+        return False

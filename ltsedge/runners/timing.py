@@ -1,0 +1,111 @@
+"""Interleaved timing: every sample of a model is paired with a sample of the reference model.
+
+A shared machine's speed moves by 10-35% from one minute to the next, but two models timed side
+by side slow down together: the ratio of a model's time to a fixed reference model's stays within
+~2% (measured: docs/measurement.md). So the worker alternates a sample of the model with a sample of
+the reference of the same duration (as many reference runs as it takes), and the figure is the
+median of the per-sample ratios. The parent turns it back into milliseconds with the run's fixed
+calibration of the reference (``latency_ms = ratio x calibration_ms``): within one run, milliseconds
+then rank exactly as the ratios do, whatever the machine did meanwhile.
+
+A sample lasts at least ``MIN_SAMPLE_MS``: a run shorter than that (a decode step of a small model
+takes ~0.1 ms) is repeated and the batch timed together, so neither the timer's resolution nor an
+IPC round trip per run is in the figure.
+
+Pure Python and a clock: the worker imports it; the tests drive it with fake runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ltsedge.runners import stats
+
+MIN_SAMPLE_MS = 2.0
+MAX_PER_SAMPLE = 1000
+
+
+@dataclass
+class Timed:
+    """The samples of one workload: per-run milliseconds of the model and of the reference, paired."""
+
+    model_ms: list[float] = field(default_factory=list)
+    reference_ms: list[float] = field(default_factory=list)
+    converged: bool = False
+    stopped_early: bool = False  # raced out: dominated beyond its uncertainty, not refined
+    runs_per_sample: int = 1
+
+    @property
+    def ratios(self) -> list[float]:
+        return [m / r for m, r in zip(self.model_ms, self.reference_ms) if r > 0]
+
+    def to_dict(self) -> dict:
+        return {"model_ms": self.model_ms, "reference_ms": self.reference_ms, "converged": self.converged,
+                "stopped_early": self.stopped_early, "runs_per_sample": self.runs_per_sample}
+
+
+def runs_filling(run_once: Callable[[], object], ms: float, clock=time.perf_counter) -> tuple[int, float]:
+    """How many consecutive runs last at least ``ms`` (at most MAX_PER_SAMPLE), and their per-run time."""
+    count, t0 = 0, clock()
+    while count < MAX_PER_SAMPLE and (clock() - t0) * 1000 < ms:
+        run_once()
+        count += 1
+    return count, (clock() - t0) * 1000 / max(count, 1)
+
+
+def timed_sample(run_once: Callable[[], object], runs: int, clock=time.perf_counter) -> float:
+    """Per-run milliseconds of ``runs`` consecutive runs."""
+    t0 = clock()
+    for _ in range(runs):
+        run_once()
+    return (clock() - t0) * 1000 / runs
+
+
+def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object], reference_run_ms: float,
+                run, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
+                clock=time.perf_counter) -> Timed:
+    """Warm-up, then paired samples until the median ratio is known within tolerance, the budget is
+    spent, or (racing) ``stop_early`` says the first ``first_estimate`` samples settle it.
+
+    ``reference_run_ms``: the reference's per-run time, to size its samples like the model's."""
+    for _ in range(run.warmup):
+        model_once()
+    per_sample, per_run_ms = runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
+    sample_ms = per_sample * per_run_ms
+    reference_runs = max(1, min(MAX_PER_SAMPLE * 10, round(sample_ms / max(reference_run_ms, 1e-6))))
+    timed = Timed(runs_per_sample=per_sample)
+    start = clock()
+    while True:
+        # Alternate which goes first, so that neither always follows the other's cache state.
+        if len(timed.model_ms) % 2 == 0:
+            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock))
+        else:
+            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock))
+            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+        n = len(timed.model_ms)
+        if stop_early is not None and n == first_estimate and stop_early(timed):
+            timed.stopped_early = True
+            return timed
+        if stats.converged(timed.ratios, run.min_runs, run.tolerance, run.max_runs):
+            timed.converged = True
+            return timed
+        if n >= run.max_runs or clock() - start >= run.max_seconds:
+            return timed
+
+
+def calibrate(reference_once: Callable[[], object], seconds: float, samples: int = 30,
+              clock=time.perf_counter) -> list[float]:
+    """The reference alone, ``samples`` samples or ``seconds``, whichever ends first: per-run ms each."""
+    runs, _ = runs_filling(reference_once, MIN_SAMPLE_MS, clock)
+    out, start = [], clock()
+    while len(out) < samples and (not out or clock() - start < seconds):
+        out.append(timed_sample(reference_once, runs, clock))
+    return out
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
