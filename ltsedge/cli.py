@@ -197,6 +197,8 @@ def search(
     objective: Optional[str] = typer.Option(
         None, "--objective", help="Latency to optimise: decode (per generated token, with a KV cache; the default "
         "where the backbone can generate), prefill (the prompt) or forward (one full pass: the study's protocol)."),
+    racing: bool = typer.Option(True, "--racing/--no-racing", help="A first estimate for every candidate; full "
+                                "precision only for those that could be on the front."),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     fresh: bool = typer.Option(False, "--fresh", help="Ignore the store: measure every candidate on this run."),
     restart: bool = typer.Option(False, "--restart", help="Discard a checkpoint in --out and start over."),
@@ -210,7 +212,7 @@ def search(
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
-        target_ort=target_ort, objective=objective, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
+        target_ort=target_ort, objective=objective, racing=racing, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)
     from ltsedge.search.summary import print_summary

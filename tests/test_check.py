@@ -639,6 +639,7 @@ def test_cli_regression_round_trip_and_fingerprints(models):
     # a much faster previous run: a regression (exit 1)
     faster = json.loads(out.stdout)
     faster["results"][0]["latency_ms"] /= 1000
+    faster["results"][0]["measurement"]["latency_ratio"] /= 1000  # what is compared: drift-free ratios
     faster["results"][0]["peak_memory_mb"] = 10_000.0
     (models / "faster.json").write_text(json.dumps(faster))
     out = cli("tiny.onnx", "--device", "fast.toml", "--max-latency-ms", 1000, "--against", "faster.json", "--json",
@@ -649,6 +650,7 @@ def test_cli_regression_round_trip_and_fingerprints(models):
     # another machine's (much slower) figures: refused, then compared with --force
     other = json.loads(json.dumps(data))
     other["results"][0]["latency_ms"] *= 1000
+    other["results"][0]["measurement"]["latency_ratio"] *= 1000
     other["results"][0]["peak_memory_mb"] = 10_000.0
     other["fingerprint"].update(cpu_model="Raspberry Pi Cortex-A72", arch="aarch64")
     (models / "other.json").write_text(json.dumps(other))
@@ -708,3 +710,21 @@ def test_a_previous_model_is_claimed_once_by_its_strongest_match(tmp_path, fast,
     assert rx.matched_by == "path" and ry.matched_by is None
     assert [c.kind for c in ry.checks] == ["budget"]  # not a +200% "regression" of another model
     assert verdicts(report)[("model.onnx", "latency vs previous")] == "FAIL"  # x itself did regress: 5 -> 15 ms
+
+
+def test_latency_regressions_compare_ratios_not_drifting_milliseconds(tmp_path, fast, monkeypatch):
+    """The machine ran 30% slower this time (the reference too): the model did not regress."""
+    monkeypatch.chdir(tmp_path)
+    (a,) = fake_files(tmp_path, "a.onnx")
+    fp = fake_fingerprint(fast)
+    prev = write_json(tmp_path, json.dumps({"model": "a.onnx", "ok": True, "latency_ms": 10.0, "latency_ratio": 2.0,
+                                            "calibration_ms": 5.0, "peak_memory_mb": 100.0,
+                                            "memory_method": "no_reset", "fingerprint": fp}), "prev.json")
+    now = meas(13.0, 200.0)
+    now.latency_ratio, now.calibration_ms, now.memory_method = 2.0, 6.5, "fresh_process"
+    report = check(["a.onnx"], fast, FakeMeasure({"a.onnx": now}), max_latency_ms=50, against=prev)
+    (r,) = report.results
+    lat = next(c for c in r.checks if c.kind == "regression")
+    assert lat.verdict == "pass" and lat.previous == pytest.approx(13.0)  # 2.0 x this run's 6.5 ms
+    assert [c.metric for c in r.checks if c.kind == "regression"] == ["latency"]  # memory: other method
+    assert any("another method" in n for n in r.notes)

@@ -629,3 +629,27 @@ def test_the_stop_rule_keeps_its_confidence_despite_looking_repeatedly():
         if abs(np.median(samples) - true_median) > tolerance * true_median:
             misses += 1
     assert misses / trials < 0.05
+
+
+def test_where_the_peak_cannot_be_reset_each_model_gets_a_fresh_worker(small_path, monkeypatch):
+    monkeypatch.setenv(TEST_FAULTS_ENV, "no_peak_reset")
+    with Runner(FAST) as runner:
+        first = runner.measure(small_path)
+        pid = runner.worker_pid
+        second = runner.measure(small_path)
+    assert first.ok and second.ok and pid is None  # retired after every model
+    assert first.memory_method == second.memory_method == "no_reset"
+
+
+def test_the_memory_method_is_recorded(small_path):
+    with Runner(FAST) as runner:
+        first, second = runner.measure(small_path), runner.measure(small_path)
+    assert (first.memory_method, second.memory_method) == ("fresh_process", "reset_peak")
+
+
+def test_the_drift_limit_widens_with_the_wander_the_run_has_shown():
+    guard = policy.DriftGuard(policy.Calibration.from_samples([10.0] * 5))
+    for ms in (11.2, 8.9, 11.1, 8.8, 11.3, 8.7):  # a VM that wanders +-12% all the time
+        guard.drifted(ms)
+    assert guard.limit == pytest.approx(0.36, abs=0.02) and not guard.drifted(12.5)
+    assert guard.drifted(14.5)  # +45%: beyond even this run's wander

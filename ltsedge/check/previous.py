@@ -42,6 +42,8 @@ class PreviousEntry:
     architecture_id: str | None
     shapes: dict | None  # None: not recorded (profile --json)
     fingerprint: dict
+    latency_ratio: float | None = None  # latency over the reference model timed beside it: drift-free
+    memory_method: str | None = None  # how the peak was isolated (runners.measurement)
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,12 @@ def _entry(raw: Any, where: str, fingerprint: dict, *, shapes_known: bool) -> Pr
         optional[key] = value
     if shapes_known and optional["shapes"] is None:
         optional["shapes"] = {}  # check --json writes null for "the profile's default shapes"
-    return PreviousEntry(model=model, fingerprint=fingerprint, **values, **optional)
+    measured = raw.get("measurement") if isinstance(raw.get("measurement"), dict) else raw  # check / profile
+    ratio = measured.get("latency_ratio")
+    method = measured.get("memory_method")
+    return PreviousEntry(model=model, fingerprint=fingerprint, **values, **optional,
+                         latency_ratio=float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None,
+                         memory_method=method if isinstance(method, str) else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")
     for result, m in zip(results, measure(profile, jobs), strict=True):
         result.measurement = m
+        _comparable_with_previous(result, m, float(max_regression))
         for check in result.checks:
             check.decide(m, profile.tolerance)
 
@@ -93,6 +94,32 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     return CheckReport(profile=profile, fingerprint=fingerprint, results=results, skipped=skipped,
                        against=previous.path if previous else None, max_regression=float(max_regression),
                        forced=bool(force and previous), notes=notes, seconds=time.monotonic() - started)
+
+
+def _comparable_with_previous(result: ModelResult, m: Measurement, max_regression: float) -> None:
+    """Regression limits in figures that compare: the previous latency as its ratio to the reference
+    times this run's calibration (milliseconds drift with the machine between two CI runs, ratios
+    hardly do); no memory regression check across peak-isolation methods."""
+    entry = result.previous
+    if entry is None or not m.ok:
+        return
+    for check in list(result.checks):
+        if check.kind != "regression":
+            continue
+        if check.metric == "latency" and entry.latency_ratio and m.latency_ratio and m.calibration_ms:
+            check.previous = entry.latency_ratio * m.calibration_ms
+            check.limit = check.previous * (1 + max_regression)
+            check.notes.append("compared as ratios to the reference model timed beside each")
+        then, now = _isolation(entry.memory_method), _isolation(m.memory_method)
+        if check.metric == "memory" and then and now and then != now:
+            result.checks.remove(check)
+            result.notes.append(f"memory measured by another method then ({entry.memory_method}, now "
+                                f"{m.memory_method}): no memory regression check")
+
+
+def _isolation(method: str | None) -> str | None:
+    """fresh_process and reset_peak both isolate the model's peak; no_reset does not."""
+    return None if method is None else ("no_reset" if method == "no_reset" else "isolated")
 
 
 def _stderr(line: str) -> None:

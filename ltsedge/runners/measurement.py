@@ -54,8 +54,10 @@ class Measurement:
     peak_memory_mb: float | None = None
     weights_mb: float | None = None
     device_peak_memory_mb: float | None = None
-    # How the peak was isolated: "fresh_process" (the model was the worker's first) or "reset_peak"
-    # (the worker's peak counter was reset after earlier models; a little less precise on small models).
+    # How the peak was isolated: "fresh_process" (the model was the worker's first), "reset_peak" (the
+    # worker's peak counter was reset, and checked to drop, after earlier models; a little less precise
+    # on small models) or "no_reset" (the kernel would not reset it: a fresh worker per model, whose
+    # figure is only valid above the few MB the worker itself peaked at before the model).
     memory_method: str | None = None
     # Where the time went: creating the session vs warm-up and timed runs.
     load_seconds: float = 0.0
@@ -80,3 +82,24 @@ class Measurement:
     @classmethod
     def failure(cls, error: str, kind: str = "environment", **fields: Any) -> Measurement:
         return cls(ok=False, error=error, failure_kind=kind, **fields)
+
+
+LATENCY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_low_ms", "latency_high_ms")
+
+
+def rescaled(measurement: dict, calibration_ms: float) -> dict:
+    """A stored measurement in this run's milliseconds: its ratios times this run's calibration.
+
+    Ratios to the reference travel between runs; milliseconds carry the calibration of the run that
+    took them. A figure without a ratio (a failure) is returned as it is."""
+    old = measurement.get("calibration_ms")
+    if not measurement.get("ok") or not old or old == calibration_ms:
+        return measurement
+    factor = calibration_ms / old
+    out = {**measurement, "calibration_ms": calibration_ms}
+    out.update({k: out[k] * factor for k in (*LATENCY_FIELDS, "prefill_latency_ms", "decode_latency_ms")
+                if out.get(k) is not None})
+    if out.get("workloads"):
+        out["workloads"] = {name: {**w, **{k: w[k] * factor for k in LATENCY_FIELDS if w.get(k) is not None}}
+                            for name, w in out["workloads"].items()}
+    return out

@@ -39,14 +39,32 @@ def release_memory() -> None:
         trim(0)
 
 
+SLACK_BYTES = 1 << 20  # after a reset, the peak may sit this far above the RSS (pages touched meanwhile)
+
+
 def reset_peak() -> bool:
-    """Set the kernel's peak-RSS counter to the current RSS. False where that is impossible."""
+    """Set the kernel's peak-RSS counter to the current RSS, and check that it did: False where the
+    write is refused or ignored (some container and non-Linux kernels), or the counter did not drop."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return peak_rss_bytes() is not None
     except OSError:
         return False
+    peak = peak_rss_bytes()
+    return peak is not None and peak <= rss_bytes() + SLACK_BYTES
+
+
+PROBE_BYTES = 8 << 20  # small: where the reset fails, this probe stays in every later peak
+
+
+def peak_reset_works() -> bool:
+    """Raise the peak with a short-lived buffer, free it, reset: did the peak come down?"""
+    buffer = bytearray(PROBE_BYTES)
+    buffer[::4096] = b"x" * len(buffer[::4096])  # touch every page: it must be resident
+    del buffer
+    release_memory()
+    before = peak_rss_bytes()
+    return reset_peak() and before is not None and peak_rss_bytes() < before - PROBE_BYTES // 2
 
 
 def peak_rss_bytes() -> int | None:

@@ -6,8 +6,9 @@ temperature readable, wait until the hottest thermal zone is below it, at most `
 Drift guard: every model is timed in alternation with the reference model (``timing.py``), so every
 measurement says how fast the reference ran meanwhile, at no extra cost. The guard compares that
 with the run's calibration (the reference alone, after warm-up, at the start of the run; kept for the
-whole run, across a resume). A change beyond the run's own noise — ``max(DRIFT_FLOOR, 4 x`` the
-calibration's relative spread) — in either direction is drift: the model is measured once more. The
+whole run, across a resume). A change beyond the run's own noise — the largest of ``DRIFT_FLOOR``,
+4 x the calibration's relative spread and 3 x the median wander of the reference over the run so
+far — in either direction is drift: the model is measured once more. The
 ratios already cancel a machine that is uniformly slower or faster; the second measurement guards
 against what does not cancel (a phase change in the middle of a model's samples). Nothing waits on
 drift itself: a machine that got faster is good news, and a busy neighbour does not leave because we
@@ -63,14 +64,27 @@ class Calibration:
 
 
 class DriftGuard:
-    """Has the machine changed since the calibration? Judged against the run's own noise."""
+    """Has the machine changed since the calibration? Judged against the run's own noise: the
+    calibration's spread and how much the reference's medians have wandered over the run so far."""
+
+    HISTORY = 50  # reference medians remembered
 
     def __init__(self, calibration: Calibration, floor: float = DRIFT_FLOOR):
         self.calibration = calibration
-        self.limit = max(floor, 4 * calibration.noise)
+        self.floor = floor
+        self.history: list[float] = []  # relative changes of the reference's medians, model after model
+
+    @property
+    def limit(self) -> float:
+        wander = statistics.median(abs(c) for c in self.history) if len(self.history) >= 5 else 0.0
+        return max(self.floor, 4 * self.calibration.noise, 3 * wander)
 
     def change(self, reference_ms: float) -> float:
         return reference_ms / self.calibration.reference_ms - 1
 
     def drifted(self, reference_ms: float) -> bool:
-        return abs(self.change(reference_ms)) > self.limit
+        """Beyond the noise so far? (Then remembered as part of the run's noise.)"""
+        change = self.change(reference_ms)
+        beyond = abs(change) > self.limit
+        self.history = (self.history + [change])[-self.HISTORY:]
+        return beyond

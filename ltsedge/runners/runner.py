@@ -86,8 +86,10 @@ class Runner:
         self._count = 0
         # The reference's speed at the start of the run: milliseconds = ratio x this. Given (a resumed
         # search keeps its own), or measured before the first model.
-        self.calibration = calibration
-        self._guard = DriftGuard(calibration) if calibration else None
+        self.calibration: Calibration | None = None
+        self._guard: DriftGuard | None = None
+        if calibration is not None:
+            self.use_calibration(calibration)
 
     # -- public API ------------------------------------------------------------------------------
     def measure(self, model: Model, *, shapes: dict[str, list[int]] | None = None, race: Race | None = None
@@ -129,6 +131,10 @@ class Runner:
             report(i, result)
         return results
 
+    def use_calibration(self, calibration: Calibration) -> None:
+        """Measure against a calibration taken earlier (a resumed search keeps its scale)."""
+        self.calibration, self._guard = calibration, DriftGuard(calibration)
+
     def calibrate(self) -> Calibration:
         """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
         if self.calibration is None:
@@ -136,8 +142,7 @@ class Runner:
             reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
                                     "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
                                    timeout_s=self.profile.timeout_s, memory_limit_mb=None)
-            self.calibration = Calibration.from_samples(reply["reference_ms"])
-            self._guard = DriftGuard(self.calibration)
+            self.use_calibration(Calibration.from_samples(reply["reference_ms"]))
         return self.calibration
 
     def fingerprint(self) -> dict[str, Any]:
@@ -191,8 +196,9 @@ class Runner:
         else:
             worker.served += 1
         measurement = self._to_measurement(reply)
-        if measurement.ok:
-            measurement.memory_method = "fresh_process" if first_model else "reset_peak"
+        if measurement.ok:  # the first model of a worker: nothing before it could lower or raise its peak
+            method = reply.get("memory_method", "reset_peak")
+            measurement.memory_method = "fresh_process" if first_model and method == "reset_peak" else method
         if not (measurement.error or "").startswith("failed to load"):
             measurement.weights_mb = weights_mb(path)
         self._maybe_retire(reply)

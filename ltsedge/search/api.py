@@ -37,6 +37,7 @@ class SearchOptions:
     baseline_layers: int | None = None
     target_ort: str | None = None
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
+    racing: bool = True
     store_path: Path | None = None
     fresh: bool = False
     restart: bool = False
@@ -64,7 +65,7 @@ def resolve(options: SearchOptions):
         space=space, population=options.population or preset.population,
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
-        objective=objective,
+        objective=objective, racing=options.racing,
     )
     return settings, profile
 

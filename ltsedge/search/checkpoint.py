@@ -51,6 +51,7 @@ class RunState:
     hv_history: list[dict] = field(default_factory=list)
     hv_scale: dict | None = None
     elapsed: float = 0.0
+    calibration: dict | None = None  # the reference model's calibration this run measures against
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,6 +82,15 @@ def load_checkpoint(out_dir: Path, identity: str, algorithm) -> RunState | None:
         return RunState(**data["run"])
     except (KeyError, TypeError, ValueError) as e:
         raise LtsedgeError(f"checkpoint {path} is damaged ({e}); {RESTART_HINT}") from None
+
+
+def peek_calibration(out_dir: Path, identity: str) -> dict | None:
+    """The calibration a resumable checkpoint of this run recorded (None if there is none to resume)."""
+    try:
+        data = json.loads((out_dir / CHECKPOINT).read_text())
+        return data["run"]["calibration"] if data.get("identity") == identity else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _algorithm_state(algorithm) -> dict[str, Any]:

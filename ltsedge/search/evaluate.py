@@ -20,11 +20,15 @@ from ltsedge.exporters import export_model
 from ltsedge.keys import candidate_model_key, measurement_key, measurement_settings
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
-from ltsedge.runners import Runner
+from ltsedge.runners import Measurement, Runner
+from ltsedge.runners.measurement import rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
+from ltsedge.search.racing import race_for, still_settled
 from ltsedge.store import MeasurementStore
+
+CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
 
 # What a search may optimise: the export variant measured and the latency figure that is the objective.
 OBJECTIVES = {
@@ -84,8 +88,9 @@ class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
-                 objective: str = "forward"):
+                 objective: str = "forward", racing: bool = False):
         self.profile, self.runner, self.store = profile, runner, store
+        self.objective, self.racing = objective, racing
         self.variant, self.latency_field = OBJECTIVES[objective]
         self.target_ort, self.target = target_ort, target_for(target_ort)
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
@@ -124,9 +129,8 @@ class CandidateEvaluator:
                 to_measure.append(arch)
             else:
                 self._record(known)
-        chunk = max(1, self.profile.drift_check_every or 10)
-        for i in range(0, len(to_measure), chunk):
-            for candidate in self._measure(to_measure[i : i + chunk], generation):
+        for i in range(0, len(to_measure), CHUNK):
+            for candidate in self._measure(to_measure[i : i + CHUNK], generation):
                 self._record(candidate)
         self.stats.evaluate_seconds += time.perf_counter() - started
         return [self.seen[a.id] for a in archs]
@@ -140,7 +144,12 @@ class CandidateEvaluator:
         if self.fresh:
             return None
         stored = self.store.get(*self.store_key(arch))
-        return None if stored is None else Candidate(arch, params, stored, "store", generation, self.latency_field)
+        if stored is None:
+            return None
+        calibration = self.runner.calibrate().reference_ms
+        if stored.get("stopped_early") and not still_settled(stored, self._race(params.decoder_params)):
+            return None  # a first estimate that no longer settles it against this front: measure it fully
+        return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         paths, written = [], []
@@ -154,7 +163,20 @@ class CandidateEvaluator:
                 written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
                 paths.append(path)
                 self.stats.export_seconds += time.perf_counter() - t
-            measurements = self.runner.measure_many(paths, on_result=lambda i, m: self._keep(archs[i], m))
+            interim: dict[int, Measurement] = {}
+
+            def keep(i: int, m: Measurement) -> None:
+                interim[i] = m
+                self._keep(archs[i], m)
+
+            def race(i: int):  # against the front so far, this batch's earlier figures included
+                if not self.racing:
+                    return None
+                done = [Candidate(archs[j], count_params(archs[j]), m.to_dict(), "measured", generation,
+                                  self.latency_field) for j, m in interim.items()]
+                return self._race(count_params(archs[i]).decoder_params, done)
+
+            measurements = self.runner.measure_many(paths, on_result=keep, race=race)
         finally:
             for path in written:
                 self._drop_scratch(path)
@@ -174,9 +196,18 @@ class CandidateEvaluator:
         else:
             path.unlink(missing_ok=True)
 
+    def _race(self, params: int, extra: list[Candidate] = ()):
+        return race_for(params, self.candidates() + list(extra), self.objective, self.budgets,
+                        self.profile.tolerance, self.runner.calibrate().reference_ms)
+
     def _keep(self, arch: Architecture, measurement) -> None:
-        """Store each figure the moment it exists: an interrupted batch loses nothing it measured."""
+        """Store each figure the moment it exists: an interrupted batch loses nothing it measured (a
+        first estimate never replaces a full figure)."""
         record = measurement.to_dict()
+        if record.get("stopped_early"):
+            full = self.store.get(*self.store_key(arch), include_failures=False)
+            if full is not None and not full.get("stopped_early"):
+                return
         self.stats.load_seconds += record.get("load_seconds") or 0.0
         self.stats.inference_seconds += record.get("inference_seconds") or 0.0
         self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint,

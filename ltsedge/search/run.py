@@ -26,6 +26,7 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
+from ltsedge.runners.policy import Calibration
 from ltsedge.search import report
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.callback import GenerationCallback
@@ -36,6 +37,7 @@ from ltsedge.search.checkpoint import (
     RunState,
     identity_hash,
     load_checkpoint,
+    peek_calibration,
     save_checkpoint,
 )
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
@@ -58,6 +60,7 @@ class SearchSettings:
     prob_gene: float = 0.3  # per-gene mutation probability, as in the study
     target_ort: str | None = None
     objective: str = "forward"  # the latency optimised: forward | prefill | decode (see evaluate.OBJECTIVES)
+    racing: bool = True  # a first estimate for all, full precision only where the front can change
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -73,7 +76,7 @@ class SearchSettings:
     def _evolution(self) -> dict:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
-                "objective": self.objective}
+                "objective": self.objective, "racing": self.racing}
 
 
 @dataclass
@@ -118,10 +121,12 @@ class SearchRun:
         with self.runner_factory(self.profile, log=self.log) as runner:
             fingerprint = runner.fingerprint()
             identity = identity_hash(self.settings.identity(self.profile, fingerprint))
+            self._calibrate(runner, identity)
             evaluator = CandidateEvaluator(
                 self.profile, runner, self.store, outdir, self.settings.budgets,
                 target_ort=self.settings.target_ort, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
+                racing=self.settings.racing,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)
@@ -181,6 +186,14 @@ class SearchRun:
             algorithm.tell(infills=pop)  # -> GenerationCallback: hypervolume, front size, progress
             self.state.elapsed = self.elapsed_before + time.time() - started
             save_checkpoint(self.out_dir, identity, algorithm, self.state)  # the generation is complete
+
+    def _calibrate(self, runner: Runner, identity: str) -> None:
+        """The run's calibration of the reference model: a resumed run keeps the one it started with,
+        so its milliseconds stay in one scale (and the drift guard its baseline)."""
+        saved = peek_calibration(self.out_dir, identity)
+        if saved is not None:
+            runner.use_calibration(Calibration(**saved))
+        self.state.calibration = runner.calibrate().to_dict()
 
     def _tick(self) -> None:
         if self.progress:
