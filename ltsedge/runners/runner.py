@@ -35,6 +35,7 @@ from ltsedge.wire import weights_mb
 
 RESTART_GROWTH_MB = 64.0
 CALIBRATION_S = 1.0  # of the reference alone, before the first model
+CALIBRATION_TIMEOUT_S = 120.0
 PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
                   "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
                   "stopped_early", "runs_per_sample")
@@ -139,9 +140,13 @@ class Runner:
         """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
         if self.calibration is None:
             worker = self._ensure_worker()
-            reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
-                                    "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
-                                   timeout_s=self.profile.timeout_s, memory_limit_mb=None)
+            try:  # our own small model: the profile's timeout is for the models measured, not for this
+                reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
+                                        "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
+                                       timeout_s=CALIBRATION_TIMEOUT_S, memory_limit_mb=None)
+            except WorkerDied as e:
+                self._worker = None
+                raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
             self.use_calibration(Calibration.from_samples(reply["reference_ms"]))
         return self.calibration
 
@@ -178,11 +183,7 @@ class Runner:
         return path.resolve(), False  # the worker runs in another directory
 
     def _measure_path(self, path: Path, shapes: dict[str, list[int]] | None, race: Race | None) -> Measurement:
-        try:
-            self.calibrate()
-        except WorkerDied as e:
-            self._worker = None
-            return Measurement.failure(f"the reference model could not be timed: {e}")
+        self.calibrate()
         worker = self._ensure_worker()
         first_model = worker.served == 0
         request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile),
