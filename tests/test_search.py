@@ -253,3 +253,15 @@ def test_a_log_left_before_the_first_checkpoint_is_refused_under_other_settings(
     again = run_cli(*base)  # the same settings: the log is this run's, nothing is measured again
     assert again.returncode == 0, again.stderr
     assert "re-using what was measured" in again.stderr
+
+
+def test_the_baseline_takes_its_match_s_embedding_settings(smoke_search):
+    rows = list(csv.DictReader(open(smoke_search.out_dir / "baseline.csv")))
+    frontier = {m["id"]: m for m in json.loads((smoke_search.out_dir / "frontier.json").read_text())["models"]}
+    for r in rows:
+        if r["frontier_id"]:
+            match = frontier[r["frontier_id"]]["architecture"]
+            if match["d_embed"] != match["d_model"] or match["div_val"] > 1:  # adaptive: the same embedding
+                assert (int(r["d_embed"]), int(r["div_val"])) == (match["d_embed"], match["div_val"])
+            else:  # plain embeddings, as the match's
+                assert int(r["div_val"]) == 1

@@ -3,7 +3,9 @@
 Each backbone names its base block (``Backbone.baseline``: GPT-2 d_model 1024, d_inner 3072).
 
 Each baseline model is compared with the frontier model that has at least its decoder parameters
-(so, by the proxy, at least its quality) and the lowest latency.
+(so, by the proxy, at least its quality) and the lowest latency. The baseline model takes that
+frontier model's embedding settings (d_embed, div_val, cutoffs): decoder parameters do not depend
+on them, and the speedup then measures the topology of the blocks, not the output layer.
 """
 
 from __future__ import annotations
@@ -14,23 +16,41 @@ from ltsedge.search.evaluate import Candidate
 from ltsedge.space import SearchSpace
 
 
-def baseline_architectures(spec: BaselineSpec, space: SearchSpace) -> list[Architecture]:
-    """The baseline models in the space's backbone and vocabulary."""
-    return [Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
-                         vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
-            for n in spec.layers]
+def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[Candidate] = ()
+                           ) -> list[Architecture]:
+    """The baseline models in the space's backbone and vocabulary, each with the embedding settings of
+    the frontier model it will be compared with (without one: the front's largest model's, else plain)."""
+    archs = []
+    for n in spec.layers:
+        arch = Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
+                            vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
+        match = best_match(arch, front) or (max(front, key=lambda f: f.params.decoder_params) if front else None)
+        if match is not None and match.arch.adaptive:
+            arch = Architecture.from_dict({**arch.to_dict(), "d_embed": match.arch.d_embed,
+                                           "div_val": match.arch.div_val, "cutoffs": list(match.arch.cutoffs)})
+        archs.append(arch)
+    return archs
+
+
+def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | None:
+    """The fastest frontier model with at least the baseline's decoder parameters."""
+    from ltsedge.proxy import count_params
+
+    need = count_params(baseline).decoder_params
+    matches = [f for f in front if f.params.decoder_params >= need and f.latency_ms is not None]
+    return min(matches, key=lambda f: f.latency_ms) if matches else None
 
 
 def compare(baseline: list[Candidate], front: list[Candidate]) -> list[dict]:
     rows = []
     for b in baseline:
         row = {"baseline_id": b.arch.id, "n_layer": b.arch.n_layer, "decoder_params": b.params.decoder_params,
+               "d_embed": b.arch.d_embed, "div_val": b.arch.div_val,
                "latency_ms": b.latency_ms, "peak_memory_mb": b.memory_mb, "ok": b.ok,
                "frontier_id": None, "frontier_decoder_params": None, "frontier_latency_ms": None,
                "frontier_peak_memory_mb": None, "speedup": None, "memory_ratio": None}
-        matches = [f for f in front if f.params.decoder_params >= b.params.decoder_params]
-        if b.ok and matches:
-            best = min(matches, key=lambda f: f.latency_ms)
+        best = best_match(b.arch, front)
+        if b.ok and best is not None:
             row.update(frontier_id=best.arch.id, frontier_decoder_params=best.params.decoder_params,
                        frontier_latency_ms=best.latency_ms, frontier_peak_memory_mb=best.memory_mb,
                        speedup=b.latency_ms / best.latency_ms, memory_ratio=b.memory_mb / best.memory_mb)

@@ -33,5 +33,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
         if with_baseline and settings.baseline is not None:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
                                            target_ort=settings.target_ort, fresh=True, objective=settings.objective)
-            baseline = evaluator.evaluate(baseline_architectures(settings.baseline, settings.space), generation=-1)
+            front = [p.candidate for p in published]
+            baseline = evaluator.evaluate(baseline_architectures(settings.baseline, settings.space, front),
+                                          generation=-1)
     return Finished(published, compare(baseline, [p.candidate for p in published]))
