@@ -9,45 +9,89 @@ Part 2 (quality): NSGA-II against random sampling of the same number of candidat
 final hypervolume on a common normalisation (the quick preset's space, sequence 64). Both methods
 share one measurement store, so an architecture both meet is measured once and scored identically.
 
-    python benchmarks/search.py [--part 1|2|all] [--population 10] [--generations 2]
+Part 3 (racing): the same search (same seed, nothing from the store) with racing and without; the
+final front's hypervolume in ratio units (latency over the reference model timed beside it, which
+does not drift between the two runs), racing's as a share of full precision's, and the time each took.
+
+    python benchmarks/search.py [--part 1|2|3|all] [--population 20] [--generations 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+from pymoo.indicators.hv import HV
+
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
 from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.frontier import HypervolumeScale, pareto_front
-from ltsedge.search.budgets import Budgets
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
 
 
-def throughput(tmp: Path, population: int, generations: int) -> None:
-    options = SearchOptions(preset="default", out=tmp / "throughput", population=population, generations=generations,
-                            seed=0, baseline=False, store_path=tmp / "throughput.sqlite", quiet=True, fresh=True)
+def cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children (the measuring workers, once closed)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def search(tmp: Path, name: str, population: int, generations: int, *, racing: bool = True, seed: int = 0):
+    options = SearchOptions(preset="default", out=tmp / name, population=population, generations=generations,
+                            seed=seed, baseline=False, store_path=tmp / f"{name}.sqlite", quiet=True, fresh=True,
+                            objective="forward", racing=racing)
     settings, profile = resolve(options)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     with MeasurementStore(options.store_path) as store:
-        run = SearchRun(settings, profile, options.out, store, log=lambda m: None)
-        result = run.run()
-    wall = time.perf_counter() - started
+        result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
+    return result, profile, time.perf_counter() - started, cpu_seconds() - cpu
+
+
+def throughput(tmp: Path, population: int, generations: int) -> None:
+    result, profile, wall, cpu = search(tmp, "throughput", population, generations)
     ev = result.summary["evaluation"]
-    inference = ev["inference_seconds"]
-    n = ev["measured"]
-    print(f"default space, sequence {profile.sequence}: {n} candidates measured in {wall:.0f} s "
-          f"({60 * n / wall:.1f} per minute, {wall / max(n, 1):.1f} s each all-in, frontier re-measure included)")
-    print(f"  evaluation loop {ev['evaluate_seconds']:.0f} s: export {ev['export_seconds']:.0f} s, "
-          f"session load {ev['load_seconds']:.0f} s, warm-up + timed inference {inference:.0f} s")
-    print(f"  share of wall time in inference: {inference / wall:.0%}; everything else: {1 - inference / wall:.0%}")
-    print(f"  share of the evaluation loop in inference: {inference / ev['evaluate_seconds']:.0%}")
-    print(f"  frontier: {len(result.frontier)} models")
+    n, loop = ev["measured"], ev["evaluate_seconds"]
+    raced = sum(c.measurement.get("stopped_early", False) for c in result.candidates)
+    per = loop / max(n, 1)
+    print(f"default space, sequence {profile.sequence}, objective forward, racing: {n} candidates measured "
+          f"({raced} raced out after a first estimate)")
+    print(f"  evaluation loop {loop:.0f} s = {per:.2f} s per candidate all-in: export {ev['export_seconds']:.0f} s, "
+          f"session load {ev['load_seconds']:.0f} s, warm-up + timed inference {ev['inference_seconds']:.0f} s")
+    print(f"  whole command {wall:.0f} s (frontier of {len(result.frontier)} re-measured strictly); "
+          f"CPU busy {cpu / wall:.0%} of wall time (one core = 100%)")
+    print(f"  the study's 100 x 30 search (3000 candidates at this rate): {3000 * per / 60:.0f} min")
+
+
+def hypervolume_in_ratios(candidates) -> np.ndarray:
+    """The front's points in (-params, ratio to the reference, memory): units that do not drift."""
+    front = pareto_front(candidates, Budgets())
+    points = np.array([[-c.params.decoder_params, c.measurement["latency_ratio"], c.memory_mb] for c in front])
+    return points
+
+
+def racing(tmp: Path, population: int, generations: int) -> None:
+    raced, _, raced_wall, _ = search(tmp, "raced", population, generations, racing=True)
+    full, _, full_wall, _ = search(tmp, "full", population, generations, racing=False)
+    a, b = hypervolume_in_ratios(raced.candidates), hypervolume_in_ratios(full.candidates)
+    both = np.vstack([a, b])
+    scale = np.array([both[:, 0].min(), both[:, 1].max() * 1.1, both[:, 2].max() * 1.1])
+    hv = HV(ref_point=np.ones(3))
+
+    def norm(p):
+        return np.column_stack([1 - p[:, 0] / scale[0], p[:, 1] / scale[1], p[:, 2] / scale[2]])
+
+    hv_raced, hv_full = hv(norm(a)), hv(norm(b))
+    stopped = sum(c.measurement.get("stopped_early", False) for c in raced.candidates)
+    print(f"racing vs full precision, default space, {population} x {generations}, same seed:")
+    print(f"  hypervolume (ratio units) {hv_raced:.4f} vs {hv_full:.4f}: {hv_raced / hv_full:.1%} of full precision")
+    print(f"  wall time {raced_wall:.0f} s vs {full_wall:.0f} s; {stopped} of {len(raced.candidates)} raced out")
 
 
 def quality(tmp: Path, seeds=(0, 1, 2), population: int = 12, generations: int = 5) -> None:
@@ -75,15 +119,17 @@ def quality(tmp: Path, seeds=(0, 1, 2), population: int = 12, generations: int =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", default="all", choices=["1", "2", "all"])
-    parser.add_argument("--population", type=int, default=10)
-    parser.add_argument("--generations", type=int, default=2)
+    parser.add_argument("--part", default="all", choices=["1", "2", "3", "all"])
+    parser.add_argument("--population", type=int, default=20)
+    parser.add_argument("--generations", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.part in ("1", "all"):
             throughput(Path(tmp), args.population, args.generations)
         if args.part in ("2", "all"):
             quality(Path(tmp))
+        if args.part in ("3", "all"):
+            racing(Path(tmp), args.population, args.generations)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ CALIBRATION_S = 1.0  # of the reference alone, before the first model
 CALIBRATION_TIMEOUT_S = 120.0
 PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
                   "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
-                  "stopped_early", "runs_per_sample")
+                  "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
 
 
 def calibrated(samples: dict, calibration_ms: float) -> dict:
