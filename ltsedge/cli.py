@@ -106,6 +106,8 @@ def export(
 # ---------------------------------------------------------------------------------------------
 DEVICE_HELP = "Device profile: a built-in name (see `ltsedge devices`) or a path to a profile TOML."
 STORE_HELP = "Measurement store (SQLite). Default: $LTSEDGE_STORE, else the user cache directory."
+SCHEDULER_HELP = "Measure on the ltsedge agents of this Dask scheduler (tcp://HOST:8786), not on this machine."
+MACHINE_HELP = "With agents of several kinds of machine: the fingerprint hash of those to measure on."
 
 
 @app.command()
@@ -128,12 +130,14 @@ def profile(
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="For ARCH.json: onnxruntime version to export for."),
     variant: str = typer.Option("forward", "--variant", help="For ARCH.json: forward (one full pass) or generate "
                                 "(KV cache: prefill and per-token decode are timed)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
 ) -> None:
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
     result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
-                           target_ort=target_ort, variant=variant)
+                           target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:
@@ -199,6 +203,8 @@ def search(
         "where the backbone can generate), prefill (the prompt) or forward (one full pass: the study's protocol)."),
     racing: bool = typer.Option(True, "--racing/--no-racing", help="A first estimate for every candidate; full "
                                 "precision only for those that could be on the front."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     fresh: bool = typer.Option(False, "--fresh", help="Ignore the store: measure every candidate on this run."),
     restart: bool = typer.Option(False, "--restart", help="Discard a checkpoint in --out and start over."),
@@ -212,7 +218,8 @@ def search(
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
-        target_ort=target_ort, objective=objective, racing=racing, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
+        target_ort=target_ort, objective=objective, racing=racing, scheduler=scheduler, machine=machine,
+        store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)
     from ltsedge.search.summary import print_summary
@@ -224,6 +231,27 @@ def search(
     if failed:
         typer.echo(f"error: {failed}", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def agent(
+    scheduler: str = typer.Option(..., "--scheduler", help="The Dask scheduler to serve, e.g. tcp://laptop:8786."),
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    name: Optional[str] = typer.Option(None, "--name", help="This agent's name (default: Dask's)."),
+) -> None:
+    """Serve measurements to searches on another machine: a Dask worker that times one model at a time."""
+    from ltsedge.devices import load_profile
+    from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
+    from ltsedge.runners.remote import run_agent
+
+    profile = load_profile(device)
+    machine = fingerprint_hash(machine_fingerprint(profile))
+
+    def ready(address: str) -> None:
+        typer.echo(f"ltsedge agent {address}: measuring for {scheduler} on {profile.name} (machine {machine})",
+                   err=True)
+
+    run_agent(scheduler, profile, name=name, ready=ready)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +274,8 @@ def check(
     force: bool = typer.Option(False, "--force", help="Compare with --against even across machine fingerprints."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
 ) -> None:
     """Gate models on latency/memory budgets: exit 0 within budget, 1 over budget or regressed, 2 bad input."""
     from ltsedge.check import run_check
@@ -253,7 +283,7 @@ def check(
     report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
                        max_prefill_ms=max_prefill_ms, max_decode_ms=max_decode_ms,
                        budgets_file=budgets, shapes=parse_shape_options(shape), against=against,
-                       max_regression=max_regression, force=force)
+                       max_regression=max_regression, force=force, scheduler=scheduler, machine=machine)
     if as_json:
         typer.echo(json.dumps(report.to_json(), default=str))
     else:

@@ -23,13 +23,14 @@ from ltsedge.keys import (
 )
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
-from ltsedge.runners import Runner
+from ltsedge.runners import runner_factory
 from ltsedge.store import MeasurementStore
 
 
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
-                  target_ort: str | None = None, variant: str = DEFAULT_VARIANT) -> dict:
+                  target_ort: str | None = None, variant: str = DEFAULT_VARIANT, scheduler: str | None = None,
+                  machine: str | None = None) -> dict:
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
@@ -44,7 +45,7 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         arch, variant = _architecture_or_none(path)
         sha256 = sha256_of(path)
         key = file_key(sha256)
-    with MeasurementStore(store_path) as store, Runner(profile) as runner, \
+    with MeasurementStore(store_path) as store, runner_factory(scheduler, machine)(profile) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
         fingerprint = runner.fingerprint()
         store_key = measurement_key(key, fingerprint, profile, shapes, variant)

@@ -8,6 +8,7 @@ out) is a failure of the gate, reported per model, never raised.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -23,7 +24,7 @@ from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import sha256_of
-from ltsedge.runners import Measurement, Runner
+from ltsedge.runners import Measurement, Runner, runner_factory
 from ltsedge.runners.inputs import resolve_shape
 
 # measure(profile, [(path, shapes), ...]) -> one Measurement per job, in order. Injectable for tests.
@@ -43,7 +44,8 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
               budgets_file: str | Path | None = None, shapes: dict[str, list[int]] | None = None,
               against: str | Path | None = None, max_regression: float = 0.10, force: bool = False,
               measure: Measure | None = None, fingerprint: dict | None = None,
-              log: Callable[[str], None] | None = None) -> CheckReport:
+              log: Callable[[str], None] | None = None, scheduler: str | None = None,
+              machine: str | None = None) -> CheckReport:
     """Check ``models`` against their budgets (and ``against``'s measurements) on ``device``.
 
     ``measure`` and ``fingerprint`` replace the onnxruntime worker and this machine's fingerprint
@@ -59,7 +61,9 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,
                                        max_memory_mb=max_memory_mb, max_prefill_ms=max_prefill_ms,
                                        max_decode_ms=max_decode_ms, budgets_file=budgets)
-    fingerprint = fingerprint if fingerprint is not None else machine_fingerprint(profile)
+    if fingerprint is None:
+        fingerprint = machine_fingerprint(profile) if scheduler is None else _fleet_fingerprint(profile, scheduler,
+                                                                                                 machine)
     previous = load_previous(against) if against is not None else None
     notes = check_comparable(previous, fingerprint, force=force) if previous else []
     infos = [inspect_model(t.path) for t in targets]
@@ -70,7 +74,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
                if previous else [(None, None)] * len(targets))
     results = [_result(t, info, job_shapes, previous, match, float(max_regression))
                for t, info, (_, job_shapes), match in zip(targets, infos, jobs, matches, strict=True)]
-    measure = measure or measure_with_runner
+    measure = measure or functools.partial(measure_with_runner, factory=runner_factory(scheduler, machine))
     log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")
     for result, m in zip(results, measure(profile, jobs), strict=True):
         result.measurement = m
@@ -208,14 +212,22 @@ def _check_cli_shapes(cli: dict[str, list[int]], infos: list[ModelInfo]) -> None
             raise LtsedgeError(f"--shape {name}=...: no model has an input {name!r} (inputs: {', '.join(names)})")
 
 
-def measure_with_runner(profile: DeviceProfile, jobs: list[tuple[Path, dict[str, list[int]]]]) -> list[Measurement]:
+def _fleet_fingerprint(profile: DeviceProfile, scheduler: str, machine: str | None) -> dict:
+    from ltsedge.runners.remote import RemoteRunner
+
+    with RemoteRunner(profile, scheduler, machine=machine) as runner:
+        return runner.fingerprint()
+
+
+def measure_with_runner(profile: DeviceProfile, jobs: list[tuple[Path, dict[str, list[int]]]],
+                        factory=Runner) -> list[Measurement]:
     """Measure each model in a fresh onnxruntime worker (its memory figure is then the tightest), models
     with the same shapes together (cool-down, drift check)."""
     groups: dict[str, list[int]] = {}
     for i, (_, shapes) in enumerate(jobs):
         groups.setdefault(json.dumps(shapes, sort_keys=True), []).append(i)
     out: list[Measurement | None] = [None] * len(jobs)
-    with Runner(profile, fresh_worker_per_model=True) as runner:  # each model's peak memory on its own
+    with factory(profile, fresh_worker_per_model=True) as runner:  # each model's peak memory on its own
         for indices in groups.values():
             shapes = jobs[indices[0]][1] or None
             for i, m in zip(indices, runner.measure_many([jobs[i][0] for i in indices], shapes=shapes), strict=True):

@@ -13,4 +13,16 @@ from ltsedge.runners.inputs import make_inputs
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.runner import Runner, measure
 
-__all__ = ["Measurement", "Runner", "make_inputs", "measure"]
+
+def runner_factory(scheduler: str | None = None, machine: str | None = None):
+    """What opens a runner: this machine's worker, or (``scheduler``) the agents of a fleet."""
+    if scheduler is None:
+        return Runner
+    import functools
+
+    from ltsedge.runners.remote import RemoteRunner
+
+    return functools.partial(RemoteRunner, scheduler=scheduler, machine=machine)
+
+
+__all__ = ["Measurement", "Runner", "make_inputs", "measure", "runner_factory"]

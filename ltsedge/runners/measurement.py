@@ -42,6 +42,7 @@ class Measurement:
     calibration_ms: float | None = None
     drift: float | None = None
     uncalibrated_latency_ms: float | None = None  # the model's own median, as a plain timer gives it
+    agent: str | None = None  # the board that measured it, when a fleet did (runners/remote.py)
     # A generate model is timed on two workloads: the prompt's prefill (``sequence`` tokens, empty
     # cache) and decode (one token after ``context`` cached ones). Its latency_ms above is decode's,
     # per generated token; kv_cache_mb is the cache at that context. None for a forward model.

@@ -8,6 +8,7 @@ from pathlib import Path
 from ltsedge.backbones import BaselineSpec, get_backbone
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
+from ltsedge.runners import runner_factory
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import OBJECTIVES
 from ltsedge.search.presets import get_preset
@@ -38,6 +39,8 @@ class SearchOptions:
     target_ort: str | None = None
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
+    scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
+    machine: str | None = None  # with several kinds of agents: the machine fingerprint to use
     store_path: Path | None = None
     fresh: bool = False
     restart: bool = False
@@ -124,7 +127,8 @@ def run_search(options: SearchOptions, log=None) -> SearchResult:
         log = _stderr_logger(progress)
     with MeasurementStore(options.store_path) as store:
         run = SearchRun(settings, profile, options.out, store, fresh=options.fresh, restart=options.restart,
-                        log=log, progress=progress)
+                        log=log, progress=progress,
+                        runner_factory=runner_factory(options.scheduler, options.machine))
         return run.run()
 
 

@@ -1,0 +1,229 @@
+"""Measuring on other machines: a fleet of boards behind a Dask scheduler.
+
+Each board runs ``ltsedge agent --scheduler tcp://HOST:8786 --device arm64``: a Dask worker with one
+thread and one ``ltsedge`` resource, so it never times two models at once, and a resource naming its
+machine fingerprint, so a search is served only by boards of one kind (mixing boards would mix
+figures). Inside the agent an ordinary ``Runner`` measures, with its own reference calibration and
+drift guard: the board's figures are made exactly as a local search makes them.
+
+``RemoteRunner`` is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
+client. Models travel as their ONNX bytes. Each figure comes back with the agent that measured it
+and is handed to ``on_result`` as it arrives (the store keeps it at once). An agent that dies in the
+middle of a model: Dask runs the task again on another agent, and the figure is recorded once. The
+scheduler going away: a one-line error; the search resumes from its checkpoint when run again.
+
+Dask's ``distributed`` is needed on both sides (``pip install distributed``); nothing else of ltsedge
+runs on an agent while it times a model.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ltsedge.devices import DeviceProfile
+from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
+from ltsedge.errors import LtsedgeError
+from ltsedge.runners.measurement import Measurement
+from ltsedge.runners.policy import Calibration
+from ltsedge.runners.racing import Race
+
+SLOT = "ltsedge"  # one per agent: one measurement at a time
+MACHINE = "ltsedge-machine-"  # + fingerprint hash: which boards may serve a search
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise LtsedgeError("measuring on a fleet needs Dask's distributed: pip install distributed") from None
+    return distributed
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent (runs on the board)
+# ---------------------------------------------------------------------------------------------
+class _Agent:
+    """This process's measuring state: its device profile, and one Runner per profile a search sends
+    (the search's own, and the stricter one its frontier is re-measured with)."""
+
+    def __init__(self, profile: DeviceProfile):
+        self.profile = profile
+        self.fingerprint = machine_fingerprint(profile)
+        self.runners: dict[str, Any] = {}
+        self.lock = threading.Lock()  # one measurement at a time, also against an info request
+
+    def runner(self, profile: DeviceProfile):
+        from ltsedge.runners.runner import Runner
+
+        key = profile.settings_hash()
+        if key not in self.runners:
+            self.runners[key] = Runner(profile)
+        return self.runners[key]
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+
+
+_AGENT: _Agent | None = None
+
+
+def _agent() -> _Agent:
+    if _AGENT is None:
+        raise RuntimeError("this Dask worker is not an ltsedge agent (start it with `ltsedge agent`)")
+    return _AGENT
+
+
+def agent_info() -> dict:
+    """What a search host asks every agent: its machine, profile and calibration."""
+    agent = _agent()
+    with agent.lock:
+        calibration = agent.runner(agent.profile).calibrate()
+    return {"fingerprint": agent.fingerprint, "profile": agent.profile.name,
+            "execution_provider": agent.profile.execution_provider, "calibration": calibration.to_dict(),
+            "host": socket.gethostname()}
+
+
+def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, race: Race | None) -> dict:
+    """The task a search sends: measure one model here, under the search's profile. Runs in the agent's
+    one task thread."""
+    agent = _agent()
+    with agent.lock:
+        m = agent.runner(profile).measure(model, shapes=shapes, race=race)
+    worker = _distributed().get_worker()
+    m.agent = f"{worker.name} ({socket.gethostname()})" if worker.name else worker.address
+    return m.to_dict()
+
+
+def run_agent(scheduler: str, profile: DeviceProfile, *, name: str | None = None,
+              ready: Callable[[str], None] | None = None) -> None:
+    """Serve measurements for ``scheduler`` until it goes away (or Ctrl-C)."""
+    global _AGENT
+    distributed = _distributed()
+    import asyncio
+
+    _AGENT = _Agent(profile)
+    resources = {SLOT: 1, MACHINE + fingerprint_hash(_AGENT.fingerprint): 1}
+
+    async def serve() -> None:
+        async with distributed.Worker(scheduler, nthreads=1, resources=resources, name=name,
+                                      validate=False) as worker:
+            if ready:
+                ready(worker.address)
+            await worker.finished()
+
+    try:
+        asyncio.run(serve())
+    except OSError as e:
+        raise LtsedgeError(f"cannot reach the scheduler {scheduler}: {e}") from None
+    finally:
+        _AGENT.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The search host's side
+# ---------------------------------------------------------------------------------------------
+class RemoteRunner:
+    """The ``Runner`` interface, measuring on the agents of one machine fingerprint."""
+
+    def __init__(self, profile: DeviceProfile, scheduler: str, *, machine: str | None = None,
+                 log: Callable[[str], None] | None = None, timeout_s: float = 30.0, **_: Any):
+        distributed = _distributed()
+        self.profile, self.log = profile, log or (lambda m: None)
+        try:
+            self.client = distributed.Client(scheduler, timeout=timeout_s)
+        except (OSError, TimeoutError) as e:
+            raise LtsedgeError(f"cannot reach the scheduler {scheduler}: {e}") from None
+        self.agents = self._agents(machine)
+        first = next(iter(self.agents.values()))
+        self._fingerprint = first["fingerprint"]
+        self.machine = fingerprint_hash(self._fingerprint)
+        reference = sorted(a["calibration"]["reference_ms"] for a in self.agents.values())
+        self.calibration = Calibration(reference[len(reference) // 2], max(a["calibration"]["noise"]
+                                                                           for a in self.agents.values()))
+
+    def _agents(self, machine: str | None) -> dict[str, dict]:
+        info = self._call(lambda: self.client.run(agent_info))
+        if not info:
+            raise LtsedgeError("no ltsedge agent is connected to the scheduler (start one per board with "
+                               "`ltsedge agent --scheduler ...`)")
+        provider = self.profile.execution_provider
+        agents = {a: i for a, i in info.items() if i["execution_provider"] == provider}
+        if not agents:
+            raise LtsedgeError(f"no agent runs {provider} (agents run: "
+                               f"{', '.join(sorted({i['execution_provider'] for i in info.values()}))})")
+        machines = {fingerprint_hash(i["fingerprint"]) for i in agents.values()}
+        if machine is None and len(machines) > 1:
+            raise LtsedgeError(f"agents of {len(machines)} kinds of machine are connected ({', '.join(sorted(machines))}); "
+                               f"a search measures on one: pass --machine HASH")
+        chosen = machine or machines.pop()
+        agents = {a: i for a, i in agents.items() if fingerprint_hash(i["fingerprint"]) == chosen}
+        if not agents:
+            raise LtsedgeError(f"no agent has machine fingerprint {chosen}")
+        return agents
+
+    def fingerprint(self) -> dict:
+        return self._fingerprint
+
+    def calibrate(self) -> Calibration:
+        return self.calibration
+
+    def use_calibration(self, calibration: Calibration) -> None:
+        self.calibration = calibration  # the agents keep their own; this is the search's scale for budgets
+
+    def measure(self, model, *, shapes=None, race=None) -> Measurement:
+        return self.measure_many([model], shapes=shapes, race=(lambda i: race) if race else None)[0]
+
+    def measure_many(self, models: list, *, shapes=None, on_result=None, race=None) -> list[Measurement]:
+        """Every model on some agent of the chosen machine; results handed over as they arrive."""
+        distributed = _distributed()
+        report = on_result or (lambda i, m: None)
+        futures = {}
+        for i, model in enumerate(models):
+            data = model if isinstance(model, (bytes, bytearray)) else _read(model)
+            futures[self._call(lambda: self.client.submit(
+                measure_on_agent, bytes(data), self.profile, shapes, race(i) if race else None,
+                resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))] = i
+        results: list[Measurement | None] = [None] * len(models)
+        try:
+            for future in distributed.as_completed(list(futures)):
+                i = futures[future]
+                m = Measurement.from_dict(self._call(future.result))
+                results[i] = m
+                report(i, m)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return results  # type: ignore[return-value]
+
+    def _call(self, fn):
+        try:
+            return fn()
+        except (OSError, TimeoutError) as e:
+            raise LtsedgeError(f"lost the scheduler ({e}); run the same command again to resume") from None
+        except Exception as e:  # noqa: BLE001 - distributed's own errors: the scheduler or a task
+            if type(e).__name__ in ("CommClosedError", "CancelledError", "FutureCancelledError"):
+                raise LtsedgeError(f"lost the scheduler ({type(e).__name__}); run the same command again to "
+                                   f"resume") from None
+            raise
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemoteRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read(path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise LtsedgeError(f"cannot read model {path}: {e.strerror or e}") from None

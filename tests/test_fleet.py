@@ -1,0 +1,146 @@
+"""A fleet on Dask: a scheduler and two agents on this machine (loopback only), a tiny search measured on
+them, one agent killed in the middle; every candidate measured once and stored, and the same search
+without a scheduler gives the same frontier from the same store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed", reason="Dask's distributed is not installed")
+
+DEVICE = """name = "fleet"
+[workload]
+sequence = 16
+context = 16
+[repeats]
+warmup = 1
+min_runs = 3
+max_runs = 8
+max_seconds = 1.0
+tolerance = 0.1
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(predicate, seconds: float, what: str) -> None:
+    deadline = time.time() + seconds
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def candidate_records(out: Path) -> list[dict]:
+    path = out / "candidates.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()[1:]
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    dask = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
+    if dask is None:
+        pytest.skip("the dask command is not installed")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    device = tmp_path / "fleet.toml"
+    device.write_text(DEVICE)
+    procs = [start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                   tmp_path / "scheduler.log")]
+    time.sleep(1)
+    for name in ("a1", "a2"):
+        procs.append(start([sys.executable, "-m", "ltsedge", "agent", "--scheduler", address, "--device", str(device),
+                            "--name", name], tmp_path / f"{name}.log"))
+    try:
+        for name in ("a1", "a2"):
+            wait_for(lambda n=name: "measuring for" in (tmp_path / f"{n}.log").read_text(), 60, f"agent {name}")
+        yield address, device, procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_search_on_two_agents_survives_losing_one(tmp_path, fleet):
+    address, device, procs = fleet
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    args = [sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", "3", "--device",
+            str(device), "--out", str(out), "--store", str(store), "--quiet", "--no-baseline", "--seed", "4"]
+    search = subprocess.Popen(args + ["--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    wait_for(lambda: len(candidate_records(out)) >= 3 or search.poll() is not None, 120, "first candidates")
+    os.killpg(procs[1].pid, signal.SIGKILL)  # agent a1 dies, maybe in the middle of a model
+    stdout, stderr = search.communicate(timeout=300)
+    assert search.returncode == 0, stderr
+    records = candidate_records(out)
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids))  # every candidate evaluated once
+    measured = [r for r in records if r["source"] == "measured"]
+    assert measured and all(r["measurement"]["agent"] for r in measured)
+    assert any("a2" in r["measurement"]["agent"] for r in measured)
+
+    # The same search here, without a scheduler, from the same store: the same frontier, nothing measured.
+    local = subprocess.run(args[:-4] + ["--out", str(tmp_path / "local"), "--store", str(store), "--quiet",
+                                        "--no-baseline", "--seed", "4"], capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    again = candidate_records(tmp_path / "local")
+    assert [r["id"] for r in again] == ids and all(r["source"] == "store" for r in again if r["source"] != "skipped")
+    # The front the search found (before the strict re-measurement, which times again) is the same.
+    assert front_of(again) == front_of(records) and front_of(records)
+
+
+def front_of(records: list[dict]) -> set[str]:
+    points = {r["id"]: (-r["decoder_params"], r["measurement"]["latency_ms"], r["measurement"]["peak_memory_mb"])
+              for r in records if r["feasible"]}
+    return {i for i, p in points.items()
+            if not any(all(a <= b for a, b in zip(q, p)) and q != p for q in points.values())}
+
+
+def test_profile_and_check_on_the_fleet(tmp_path, fleet):
+    address, device, _ = fleet
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"n_layer": 1, "d_model": 32, "n_head": [2], "d_inner": [64], "vocab_size": 100,
+                                "n_positions": 32}))
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", "profile", str(arch), "--device", str(device), "--json",
+                           "--store", str(tmp_path / "s.sqlite"), "--scheduler", address], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["agent"] and result["fingerprint"]["onnxruntime"]
+    model = tmp_path / "m.onnx"
+    assert subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch), "-o", str(model)]).returncode == 0
+    check = subprocess.run([sys.executable, "-m", "ltsedge", "check", str(model), "--device", str(device),
+                            "--max-latency-ms", "1000", "--json", "--scheduler", address], capture_output=True,
+                           text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["results"][0]["measurement"]["agent"]
+
+
+def test_no_agent_or_no_scheduler_is_a_clear_error(tmp_path):
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--out", str(tmp_path / "o"),
+                           "--store", str(tmp_path / "s.sqlite"), "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot reach the scheduler" in proc.stderr and "Traceback" not in proc.stderr
