@@ -211,6 +211,10 @@ def search(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display; the summary only."),
 ) -> None:
     """Search the space for the Pareto frontier of decoder parameters vs latency vs memory on a device."""
+    from ltsedge.extras import require
+
+    require("pymoo", "search")
+    require("torch", "search")
     from ltsedge.search.api import SearchOptions, run_search
 
     options = SearchOptions(
@@ -231,6 +235,52 @@ def search(
     if failed:
         typer.echo(f"error: {failed}", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    out: Path = typer.Argument(..., metavar="OUT", help="A search's output directory."),
+    html: bool = typer.Option(False, "--html", help="The HTML page only."),
+    png: bool = typer.Option(False, "--png", help="The PNG pictures only."),
+    dest: Optional[Path] = typer.Option(None, "--out", help="Where to write it (default: OUT/report)."),
+) -> None:
+    """Draw a search's report: PNG slices of the frontier and one self-contained HTML page."""
+    from ltsedge.report import REPORT_DIR, write_report
+
+    both = not html and not png
+    if dest is None:  # into the search's own directory: only where ltsedge may write (its manifest)
+        from ltsedge.search.outdir import OutputDir
+
+        with OutputDir(out) as outdir:
+            files = write_report(out, html=html or both, png=png or both,
+                                 open_path=lambda name: outdir.path(f"{REPORT_DIR}/{name}"))
+    else:
+        files = write_report(out, dest, html=html or both, png=png or both)
+    for path in files:
+        typer.echo(str(path))
+
+
+@app.command()
+def compare(
+    outs: list[Path] = typer.Argument(..., metavar="OUT...", help="Two or more search output directories."),
+    dest: Path = typer.Option(Path("ltsedge-compare"), "--out", help="Where to write the comparison."),
+    force: bool = typer.Option(False, "--force", help="Compare searches measured differently (other machines, "
+                               "settings, objectives)."),
+) -> None:
+    """Frontiers of several searches on the same axes, and which models of each dominate the others'."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ltsedge.report.compare import compare_searches
+
+    rows, files = compare_searches(outs, dest, force=force, log=lambda m: typer.echo(m, err=True))
+    table = Table(title="frontier models that dominate another search's")
+    for column in ("search", "frontier models", "dominating", "for example"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["search"], str(r["models"]), str(r["dominating"]), "; ".join(r["examples"][:2]))
+    Console().print(table)
+    typer.echo(f"wrote {', '.join(str(p) for p in files)}")
 
 
 @app.command()
@@ -273,6 +323,8 @@ def check(
     max_regression: float = typer.Option(0.10, "--max-regression", min=0.0, help="Allowed regression vs --against."),
     force: bool = typer.Option(False, "--force", help="Compare with --against even across machine fingerprints."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+    benchmark_json: Optional[Path] = typer.Option(None, "--benchmark-json", help="Write github-action-benchmark's "
+                                                  "customSmallerIsBetter JSON here (one entry per model and figure)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
@@ -290,6 +342,8 @@ def check(
         report.render()
     if junit:  # after the table: a report that cannot be written never hides the verdicts
         report.write_junit(junit)
+    if benchmark_json:
+        report.write_benchmark_json(benchmark_json)
     raise typer.Exit(report.exit_code)
 
 

@@ -728,3 +728,16 @@ def test_latency_regressions_compare_ratios_not_drifting_milliseconds(tmp_path, 
     assert lat.verdict == "pass" and lat.previous == pytest.approx(13.0)  # 2.0 x this run's 6.5 ms
     assert [c.metric for c in r.checks if c.kind == "regression"] == ["latency"]  # memory: other method
     assert any("another method" in n for n in r.notes)
+
+
+def test_benchmark_json_is_github_action_benchmark_s_custom_smaller_is_better(tmp_path, fast):
+    a, b = fake_files(tmp_path, "a.onnx", "b.onnx")
+    fake = FakeMeasure({"a.onnx": meas(12.0, 55.0), "b.onnx": Measurement.failure("failed to load: x", "model")})
+    report = check([a, b], fast, fake, max_latency_ms=50, max_memory_mb=80)
+    report.write_benchmark_json(tmp_path / "out" / "bench.json")
+    entries = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert [e["name"].rsplit("/", 1)[-1] for e in entries] == ["a.onnx latency", "a.onnx memory"]  # b not measured
+    for e in entries:
+        assert set(e) == {"name", "unit", "value", "range", "extra"} and isinstance(e["value"], float)
+    assert entries[0]["unit"] == "ms" and entries[0]["value"] == 12.0 and entries[0]["range"].startswith("±")
+    assert entries[1]["unit"] == "MB" and entries[1]["value"] == 55.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,12 @@ from ltsedge.check.verdict import (
     Check,
     fmt,
     signed,
+    uncertainty,
     value_of,
 )
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
 from ltsedge.runners import Measurement
 
 EXIT_PASSED, EXIT_FAILED = 0, 1  # bad input is LtsedgeError's exit code 2
@@ -154,6 +157,34 @@ class CheckReport:
             "skipped": [{"model": m, "reason": why} for m, why in self.skipped],
             "notes": list(self.notes), "seconds": round(self.seconds, 3),
         }
+
+    def benchmark_json(self) -> list[dict[str, Any]]:
+        """github-action-benchmark's ``customSmallerIsBetter`` entries: one per model and measured figure,
+        its uncertainty as ``range``, so teams chart latency and memory across commits."""
+        entries = []
+        for r in self.results:
+            m = r.measurement
+            if m is None or not m.ok:
+                continue
+            for metric in ("latency", "prefill", "decode", "memory"):
+                value = value_of(metric, m)
+                if value is None:
+                    continue
+                spread = uncertainty(metric, m, self.profile.tolerance)
+                unit = "MB" if metric == "memory" else "ms"
+                entries.append({"name": f"{r.model} {metric}", "unit": unit, "value": round(value, 6),
+                                "range": f"±{spread:.4g}" if spread is not None else None,
+                                "extra": f"device {self.device}; {self.profile.execution_provider}; "
+                                         f"onnxruntime {self.fingerprint.get('onnxruntime')}; sha256 {r.sha256[:12]}"})
+        return entries
+
+    def write_benchmark_json(self, path: str | Path) -> None:
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.benchmark_json(), indent=2) + "\n")
+        except OSError as e:
+            raise LtsedgeError(f"cannot write {path}: {e.strerror or e}") from None
 
     def write_junit(self, path: str | Path) -> None:
         from ltsedge.check.junit import write_junit

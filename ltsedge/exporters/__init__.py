@@ -20,6 +20,7 @@ import ltsedge
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
+from ltsedge.extras import require
 from ltsedge.iospec import ExportSpec
 from ltsedge.keys import DEFAULT_VARIANT
 from ltsedge.ortcompat import OnnxTarget, target_for
@@ -121,6 +122,7 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     """
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
+    require("torch", "exporting an architecture (its PyTorch reference model is built)")
     check_fits_in_memory(arch)
     target = target_for(target_ort)
     if weights is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.extras import require
 
 SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 WRAPPER_KEYS = ("model", "state_dict", "model_state_dict")
@@ -26,15 +27,14 @@ def load_state_dict(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise LtsedgeError(f"weights file not found: {path}")
+    require("torch", "reading trained weights")
     if path.suffix.lower() not in SUFFIXES:
         raise LtsedgeError(f"weights file {path}: expected a PyTorch state_dict as {', '.join(SUFFIXES)}")
     try:
         if path.suffix.lower() == ".safetensors":
-            try:
-                from safetensors.torch import load_file
-            except ImportError:
-                raise LtsedgeError("reading .safetensors needs the safetensors package: pip install safetensors") \
-                    from None
+            require("safetensors", "reading .safetensors weights")
+            from safetensors.torch import load_file
+
             data = load_file(str(path))
         else:
             import torch

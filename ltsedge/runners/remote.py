@@ -36,11 +36,9 @@ MACHINE = "ltsedge-machine-"  # + fingerprint hash: which boards may serve a sea
 
 
 def _distributed():
-    try:
-        import distributed
-    except ImportError:
-        raise LtsedgeError("measuring on a fleet needs Dask's distributed: pip install distributed") from None
-    return distributed
+    from ltsedge.extras import require
+
+    return require("distributed", "measuring on a fleet")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,7 +148,18 @@ class SearchRun:
                               self._summary(evaluator, len(finished.frontier), started, interrupted),
                               self.settings.budgets, interrupted)
         report.write_outputs(result)
+        self._report(outdir)
         return result
+
+    def _report(self, outdir: OutputDir) -> None:
+        """The pictures and the HTML page: a failure here never costs the search's other outputs."""
+        try:
+            from ltsedge.report import REPORT_DIR, write_report
+
+            write_report(self.out_dir, open_path=lambda name: outdir.path(f"{REPORT_DIR}/{name}"))
+        except Exception as e:  # noqa: BLE001 - plotting libraries fail in many ways; the results are written
+            self.log(f"warning: the report could not be drawn ({type(e).__name__}: {e}); "
+                     f"the search's outputs are complete; try `ltsedge report {self.out_dir}`")
 
     def _clear(self, outdir: OutputDir) -> None:
         """Scratch files a killed run left, and with --restart the state it would have resumed from."""

@@ -1,0 +1,112 @@
+"""Several searches side by side: their frontiers on the same axes, and who dominates whom.
+
+Figures compare only when measured alike: the same machine (fingerprint), device settings, objective
+and onnxruntime version; otherwise the comparison is refused unless forced (then the differences are
+listed). Comparing two devices on purpose is what ``--force`` is for. Latencies are put on one scale
+first (ratios to the reference model times one calibration): each search's milliseconds carry the
+calibration of its own run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
+from ltsedge.report.data import SearchData, load
+
+MEASUREMENT_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
+                        "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
+                        "allow_spinning", "batch", "sequence", "context")
+
+
+def differences(searches: list[SearchData]) -> list[str]:
+    """How the searches' measurements differ (empty when they compare)."""
+    first, out = searches[0], []
+    for other in searches[1:]:
+        pair = f"{first.name} vs {other.name}"
+        if fingerprint_hash(first.fingerprint) != fingerprint_hash(other.fingerprint):
+            out.append(f"{pair}: other machines ({first.fingerprint.get('cpu_model')} / {other.fingerprint.get('cpu_model')})")
+        a, b = first.summary.get("device", {}), other.summary.get("device", {})
+        changed = [k for k in MEASUREMENT_SETTINGS if a.get(k) != b.get(k)]
+        if changed:
+            out.append(f"{pair}: other device settings ({', '.join(changed)})")
+        if first.objective != other.objective:
+            out.append(f"{pair}: other objectives ({first.objective} / {other.objective})")
+        if first.fingerprint.get("onnxruntime") != other.fingerprint.get("onnxruntime"):
+            out.append(f"{pair}: other onnxruntime versions")
+    return out
+
+
+def dominance(searches: list[SearchData]) -> list[dict]:
+    """Per search: how many of its frontier models dominate a frontier model of another search."""
+    rows = []
+    for data in searches:
+        field = data.objective_field()
+        ours = [m for m in data.frontier if m.get(field) is not None]
+        theirs = [(o.name, m) for o in searches if o is not data for m in o.frontier if m.get(field) is not None]
+        winners = []
+        for m in ours:
+            beaten = [f"{name}:{t['id']}" for name, t in theirs if _dominates(m, t, field)]
+            if beaten:
+                winners.append(f"{m['id']} > {beaten[0]}")
+        rows.append({"search": data.name, "models": len(data.frontier), "dominating": len(winners),
+                     "examples": winners[:3]})
+    return rows
+
+
+def _dominates(a: dict, b: dict, field: str) -> bool:
+    ka = (-a["decoder_params"], a[field], a["peak_memory_mb"])
+    kb = (-b["decoder_params"], b[field], b["peak_memory_mb"])
+    return all(x <= y for x, y in zip(ka, kb)) and ka != kb
+
+
+def _one_scale(searches: list[SearchData]) -> None:
+    """Put every frontier's milliseconds on one scale: each was measured as ratios to the reference
+    model and turned into ms with its own run's calibration, which drifts with the machine between
+    runs; multiplied back by one common calibration (the first search's), the figures compare."""
+    calibrations = [m.get("measurement", {}).get("calibration_ms") for s in searches for m in s.frontier]
+    common = next((c for c in calibrations if c), None)
+    if common is None:
+        return
+    for s in searches:
+        for m in s.frontier:
+            own = m.get("measurement", {}).get("calibration_ms")
+            if own:
+                for key in ("latency_ms", "prefill_latency_ms", "decode_latency_ms", "latency_p90_ms"):
+                    if m.get(key) is not None:
+                        m[key] = m[key] * common / own
+
+
+def compare_searches(out_dirs: list[str | Path], dest: str | Path, *, force: bool = False,
+                     log=print) -> tuple[list[dict], list[Path]]:
+    if len(out_dirs) < 2:
+        raise LtsedgeError("compare needs at least two search output directories")
+    searches = [load(d) for d in out_dirs]
+    names = [s.name for s in searches]
+    for i, s in enumerate(searches):  # two directories of the same name: tell them apart
+        if names.count(s.name) > 1:
+            s.name = f"{s.name}#{i + 1}"
+    _one_scale(searches)
+    diffs = differences(searches)
+    if diffs and not force:
+        raise LtsedgeError(f"these searches were not measured alike ({diffs[0]}); pass --force to compare anyway")
+    for d in diffs:
+        log(f"--force: {d}")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    rows = dominance(searches)
+    from ltsedge.report.html import compare_html
+    from ltsedge.report.png import compare_png
+
+    written = []
+    fields = [f for f in ("decode_latency_ms", "prefill_latency_ms", "latency_ms", "peak_memory_mb")
+              if f == "peak_memory_mb" or all(f in s.latencies() for s in searches)]
+    for field in fields:
+        written.append(compare_png(searches, field, dest / f"compare-{field.removesuffix('_ms').removesuffix('_mb')}.png"))
+    (dest / "compare.html").write_text(compare_html(searches, rows))
+    (dest / "compare.json").write_text(json.dumps({"searches": [str(d) for d in out_dirs], "differences": diffs,
+                                                   "dominance": rows}, indent=2) + "\n")
+    written += [dest / "compare.html", dest / "compare.json"]
+    return rows, written

@@ -1,0 +1,113 @@
+"""What a report shows, read back from a search's output directory (finished or interrupted).
+
+Only the files a search writes are read (frontier.json, candidates.jsonl, search.json), so a report
+can be drawn on any machine, without torch, from a copied directory. Missing or malformed files are
+one-line errors naming them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.files import read_text
+
+# The latency figures a report may plot, and their labels; each is drawn where the data has it.
+LATENCIES = {"latency_ms": "latency (ms)", "prefill_latency_ms": "prefill (ms)",
+             "decode_latency_ms": "decode (ms / token)"}
+
+
+@dataclass
+class Point:
+    """One candidate as a report draws it."""
+
+    id: str
+    params: int
+    figures: dict  # latency fields and peak_memory_mb, where measured
+    ok: bool
+    feasible: bool
+    source: str = ""
+    generation: int = 0
+    error: str = ""
+    agent: str | None = None
+
+
+@dataclass
+class SearchData:
+    out_dir: Path
+    name: str
+    objective: str
+    device: str
+    fingerprint: dict
+    settings: dict
+    summary: dict
+    frontier: list[dict]
+    candidates: list[Point] = field(default_factory=list)
+    baseline: list[dict] = field(default_factory=list)
+
+    @property
+    def budgets(self) -> dict:
+        return self.settings.get("budgets") or {}
+
+    def latencies(self) -> list[str]:
+        """The latency fields measured in this search. A generate model's latency_ms is its decode
+        figure, so such a search plots decode and prefill, a forward search its latency_ms."""
+        measured = {k for k in LATENCIES if any(p.figures.get(k) is not None for p in self.candidates)
+                    or any(m.get(k) is not None for m in self.frontier)}
+        if "decode_latency_ms" in measured or "prefill_latency_ms" in measured:
+            return [k for k in ("decode_latency_ms", "prefill_latency_ms") if k in measured]
+        return ["latency_ms"] if "latency_ms" in measured else []
+
+    def objective_field(self) -> str:
+        return {"decode": "decode_latency_ms", "prefill": "prefill_latency_ms"}.get(self.objective, "latency_ms")
+
+    def frontier_points(self) -> list[Point]:
+        return [Point(m["id"], m["decoder_params"], _figures(m), True, True, "frontier") for m in self.frontier]
+
+
+def load(out_dir: str | Path) -> SearchData:
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise LtsedgeError(f"search output directory not found: {out}")
+    summary = _json(out / "search.json", "search summary")
+    frontier = _json(out / "frontier.json", "frontier")
+    if not isinstance(frontier.get("models"), list) or not isinstance(summary.get("settings"), dict):
+        raise LtsedgeError(f"{out}: frontier.json or search.json is not an ltsedge search's")
+    data = SearchData(out, out.resolve().name, frontier.get("objective") or summary["settings"].get("objective")
+                      or "forward", str(frontier.get("device") or summary.get("device", {}).get("name")),
+                      summary.get("fingerprint") or {}, summary["settings"], summary, frontier["models"],
+                      _candidates(out), summary.get("baseline_comparison") or [])
+    return data
+
+
+def _json(path: Path, what: str) -> dict:
+    text = read_text(path, what)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LtsedgeError(f"{what} {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(data, dict):
+        raise LtsedgeError(f"{what} {path}: expected a JSON object")
+    return data
+
+
+def _candidates(out: Path) -> list[Point]:
+    path = out / "candidates.jsonl"
+    if not path.exists():
+        return []
+    points = []
+    for line in read_text(path, "candidate log").splitlines()[1:]:
+        try:
+            r = json.loads(line)
+            m = r["measurement"]
+            points.append(Point(r["id"], int(r["decoder_params"]), _figures(m), bool(r["ok"]), bool(r["feasible"]),
+                                r.get("source", ""), int(r.get("generation", 0)), m.get("error") or "", m.get("agent")))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # a line cut short by a kill
+    return points
+
+
+def _figures(m: dict) -> dict:
+    return {k: m.get(k) for k in (*LATENCIES, "peak_memory_mb") if m.get(k) is not None}

@@ -1,0 +1,125 @@
+"""The report's pictures as PNG files, with matplotlib's Agg backend (no display needed).
+
+Each picture carries its own light background and dark text, so it reads the same in a light or a
+dark page (a transparent plot with black text disappears on a dark theme); colours are the
+colour-blind-safe Okabe-Ito set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ltsedge.report.data import LATENCIES, SearchData
+
+CANDIDATE, FRONT, BASELINE, BUDGET, INFEASIBLE = "#9a9a9a", "#0072B2", "#D55E00", "#CC79A7", "#E69F00"
+BACKGROUND, TEXT = "#ffffff", "#1f1f1f"
+SERIES = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]  # compare: one per search
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.facecolor": BACKGROUND, "axes.facecolor": BACKGROUND, "savefig.facecolor": BACKGROUND,
+                         "text.color": TEXT, "axes.labelcolor": TEXT, "xtick.color": TEXT, "ytick.color": TEXT,
+                         "axes.edgecolor": TEXT, "font.size": 10})
+    return plt
+
+
+def slice_png(data: SearchData, field: str, path: Path) -> Path:
+    """Decoder parameters against one figure: candidates faint, the frontier, the baseline, budgets."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
+    label = LATENCIES.get(field, "peak memory (MB)")
+    ok = [p for p in data.candidates if p.figures.get(field) is not None]
+    feasible = [p for p in ok if p.feasible]
+    infeasible = [p for p in ok if not p.feasible]
+    failed = sum(1 for p in data.candidates if not p.ok and p.source != "skipped")
+    ax.scatter([p.params for p in feasible], [p.figures[field] for p in feasible], s=14, c=CANDIDATE, alpha=0.45,
+               label=f"candidates ({len(feasible)})")
+    if infeasible:
+        ax.scatter([p.params for p in infeasible], [p.figures[field] for p in infeasible], s=22, c=INFEASIBLE,
+                   marker="x", label=f"over a budget ({len(infeasible)})")
+    front = sorted((p for p in data.frontier_points() if p.figures.get(field) is not None), key=lambda p: p.params)
+    ax.plot([p.params for p in front], [p.figures[field] for p in front], "o-", c=FRONT, ms=6, lw=1.4,
+            label=f"frontier ({len(front)})")
+    _baseline(ax, data, field)
+    _budgets(ax, data, field)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("decoder parameters (the perplexity proxy)")
+    ax.set_ylabel(label)
+    title = f"{data.name}: {label} on {data.device}"
+    ax.set_title(title + (f"  ({failed} failed, not shown)" if failed else ""), fontsize=10)
+    ax.grid(True, which="major", alpha=0.25)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    return _save(fig, path)
+
+
+def _baseline(ax, data: SearchData, field: str) -> None:
+    key = {"peak_memory_mb": "peak_memory_mb"}.get(field, "latency_ms")
+    if field not in (data.objective_field(), "peak_memory_mb"):
+        return  # the baseline was measured for the objective's latency only
+    rows = [r for r in data.baseline if r.get(key) not in (None, "") and r.get("ok") not in (False, "False")]
+    if not rows:
+        return
+    xs, ys = [int(r["decoder_params"]) for r in rows], [float(r[key]) for r in rows]
+    ax.plot(xs, ys, "s--", c=BASELINE, ms=4, lw=1.1, label="layer-scaled baseline")
+    for x, y, r in zip(xs, ys, rows):
+        ax.annotate(f"{r['n_layer']}L", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=BASELINE)
+
+
+def _budgets(ax, data: SearchData, field: str) -> None:
+    limits = {data.objective_field(): data.budgets.get("max_latency_ms"),
+              "peak_memory_mb": data.budgets.get("max_memory_mb")}
+    if limits.get(field) is not None:
+        ax.axhline(limits[field], c=BUDGET, ls=":", lw=1.4, label=f"budget {limits[field]:g}")
+    for key, ls in (("min_params", "-."), ("max_params", "-.")):
+        if data.budgets.get(key) is not None:
+            ax.axvline(data.budgets[key], c=BUDGET, ls=ls, lw=1.0, alpha=0.7)
+
+
+def hypervolume_png(data: SearchData, path: Path) -> Path:
+    plt = _pyplot()
+    history = data.summary.get("hypervolume") or []
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=100)
+    gens = [h["generation"] for h in history]
+    ax.plot(gens, [h["hypervolume"] for h in history], "o-", c=FRONT, label="hypervolume")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("hypervolume (normalised)", color=FRONT)
+    other = ax.twinx()
+    other.plot(gens, [h["front_size"] for h in history], "s--", c=BASELINE, label="front size")
+    other.set_ylabel("front size", color=BASELINE)
+    ax.set_title(f"{data.name}: the search's progress", fontsize=10)
+    ax.grid(True, alpha=0.25)
+    return _save(fig, path)
+
+
+def compare_png(searches: list[SearchData], field: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
+    for i, data in enumerate(searches):
+        front = sorted((p for p in data.frontier_points() if p.figures.get(field) is not None), key=lambda p: p.params)
+        ax.plot([p.params for p in front], [p.figures[field] for p in front], "o-", c=SERIES[i % len(SERIES)],
+                label=f"{data.name} ({len(front)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("decoder parameters")
+    ax.set_ylabel(LATENCIES.get(field, "peak memory (MB)"))
+    ax.set_title("frontiers compared", fontsize=10)
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
