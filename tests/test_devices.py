@@ -55,7 +55,7 @@ def test_arm64_profile_is_for_fanless_boards():
     arm = load_profile("arm64")
     assert arm.intra_op_threads == 4 and arm.sequence == 192
     assert arm.cooldown_s == 2.0 and arm.max_temperature_c == 70.0
-    assert arm.drift_check_every == 5
+    assert arm.drift_check_every == 1
 
 
 def test_cuda_profile():

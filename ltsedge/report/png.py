@@ -114,9 +114,22 @@ def compare_png(searches: list[SearchData], field: str, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _plain_numbers(ax) -> None:
+    """Log axes labelled 2, 3, 5 rather than 2 x 10^0."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.4g}"))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
+    for ax in fig.axes:
+        _plain_numbers(ax)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)

@@ -25,7 +25,7 @@ from ltsedge.runners.measurement import rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
-from ltsedge.search.racing import race_for, still_settled
+from ltsedge.search.racing import race_for
 from ltsedge.store import MeasurementStore
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
@@ -146,9 +146,9 @@ class CandidateEvaluator:
         stored = self.store.get(*self.store_key(arch))
         if stored is None:
             return None
+        # A stored first estimate (raced out) is a real figure with its interval: reused as it is, so that
+        # the same seed and store replay the same search; the frontier is re-measured strictly anyway.
         calibration = self.runner.calibrate().reference_ms
-        if stored.get("stopped_early") and not still_settled(stored, self._race(params.decoder_params)):
-            return None  # a first estimate that no longer settles it against this front: measure it fully
         return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:

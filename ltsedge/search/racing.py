@@ -1,8 +1,7 @@
 """Racing in a search: which Race each candidate runs (see ``ltsedge.runners.racing``), from the front so far.
 
 The front is kept in ratio space (a candidate's latency over the reference's, timed beside it), the
-unit that does not drift with the machine. A stored first estimate (``stopped_early``) is reused only
-while it is still settled against the current front; otherwise the candidate is measured again.
+unit that does not drift with the machine.
 """
 
 from __future__ import annotations
@@ -33,12 +32,3 @@ def race_for(params: int, candidates: list, objective: str, budgets, tolerance: 
             front.append((c.params.decoder_params, ratio, c.memory_mb))
     max_ratio = budgets.max_latency_ms / calibration_ms if budgets.max_latency_ms is not None else None
     return Race(WORKLOAD[objective], params, tuple(front), tolerance, max_ratio, budgets.max_memory_mb)
-
-
-def still_settled(measurement: dict, race: Race) -> bool:
-    """Does a stored first estimate still settle the candidate against the current front?"""
-    fastest = measurement.get("latency_min_ms")
-    calibration = measurement.get("calibration_ms")
-    if fastest is None or not calibration:
-        return False
-    return race.settled([fastest / calibration] * race.first_estimate, measurement.get("peak_memory_mb"))

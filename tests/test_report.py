@@ -1,0 +1,106 @@
+"""The report of a real tiny search: PNGs, one self-contained HTML page rendered by a real headless
+browser (its screenshot inspected for drawn plots), compare of two searches, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+
+def run(*args, **kw):
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True, **kw)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def searches(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    outs = []
+    for seed in (1, 2):
+        out = tmp / f"search-{seed}"
+        proc = run("search", "--preset", "smoke", "--out", out, "--store", tmp / "s.sqlite", "--quiet", "--seed", seed)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out)
+    return outs
+
+
+def test_a_search_writes_its_report(searches):
+    report = searches[0] / "report"
+    names = sorted(p.name for p in report.iterdir())
+    assert names == ["decode_latency.png", "hypervolume.png", "index.html", "peak_memory.png", "prefill_latency.png"]
+    for png in report.glob("*.png"):
+        pixels = matplotlib.image.imread(png)
+        assert pixels.shape[0] > 300 and pixels.shape[1] > 500 and pixels.std() > 0.05  # a picture, not a blank
+    manifest = json.loads((searches[0] / ".ltsedge-manifest.json").read_text())["files"]
+    assert "report/index.html" in manifest  # written through the search's record of its files
+
+
+def test_the_html_is_self_contained_and_links_the_models(searches):
+    page = (searches[0] / "report" / "index.html").read_text()
+    assert not re.search(r"<script[^>]+src=[\"']https?://", page) and "<link" not in page
+    assert "prefers-color-scheme" in page and page.count("plotly-graph-div") >= 4
+    frontier = json.loads((searches[0] / "frontier.json").read_text())["models"]
+    for m in frontier:
+        assert f"href='../{m['bundle']}'" in page
+
+
+def chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+def test_the_html_draws_its_plots_in_a_real_browser(searches, tmp_path):
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no chromium binary (apt-get install chromium) to render the report")
+    shot = tmp_path / "shot.png"
+    page = (searches[0] / "report" / "index.html").resolve()
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--virtual-time-budget=8000", f"--screenshot={shot}", "--window-size=1200,1400",
+                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.is_file(), proc.stderr
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    plot_area = pixels[250:1350, 50:1150]  # below the heading: the first two slices
+    assert plot_area.std() > 0.05  # markers, lines and axes drawn, not an empty page
+    # Points in the frontier's colour (#0072B2): the plotly traces were rendered, not just the text.
+    blue = np.abs(plot_area - np.array([0x00, 0x72, 0xB2]) / 255).sum(axis=-1) < 0.15
+    assert blue.sum() > 200
+
+
+def test_compare_two_real_searches(searches, tmp_path):
+    proc = run("compare", *searches, "--out", tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert [r["search"] for r in data["dominance"]] == ["search-1", "search-2"]
+    assert (tmp_path / "cmp" / "compare.html").is_file() and list((tmp_path / "cmp").glob("compare-*.png"))
+
+
+def test_compare_refuses_searches_measured_differently(searches, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(searches[1], other)
+    summary = json.loads((other / "search.json").read_text())
+    summary["device"]["sequence"] = 999
+    (other / "search.json").write_text(json.dumps(summary))
+    proc = run("compare", searches[0], other, "--out", tmp_path / "cmp")
+    assert proc.returncode == 2 and "other device settings (sequence)" in proc.stderr
+    assert run("compare", searches[0], other, "--out", tmp_path / "cmp", "--force").returncode == 0
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: None, "search output directory not found"),
+    (lambda d: d.mkdir(), "search summary not found"),
+    (lambda d: (d.mkdir(), (d / "search.json").write_text("{"), (d / "frontier.json").write_text("{}")),
+     "malformed JSON"),
+])
+def test_report_of_a_missing_or_broken_directory(tmp_path, make, message):
+    target = tmp_path / "nope"
+    make(target)
+    proc = run("report", target, "--out", tmp_path / "r")
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
