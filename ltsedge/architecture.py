@@ -21,6 +21,11 @@ from ltsedge.validate import is_int, reject_unknown
 DEFAULT_VOCAB_SIZE = 50257
 DEFAULT_N_POSITIONS = 1024
 
+# Per-layer block types (the PAR Transformer's genes): a standard layer (attention then FFN), an FFN-only
+# layer, or an attention-only layer. An architecture without block_types is all standard.
+STANDARD_BLOCK = "attn_ffn"
+BLOCK_TYPES = (STANDARD_BLOCK, "ffn", "attn")
+
 
 def default_cutoffs(vocab_size: int) -> tuple[int, ...]:
     """Adaptive-embedding cluster boundaries: a head of the 40% most frequent tokens, then two tails.
@@ -43,12 +48,15 @@ class Architecture:
     n_positions: int = DEFAULT_N_POSITIONS
     cutoffs: tuple[int, ...] = ()  # only meaningful with adaptive embeddings
     backbone: str = "gpt2"
+    mem_len: int | None = None  # recurrence memory (Transformer-XL); None for backbones without one
+    block_types: tuple[str, ...] = ()  # per layer, one of BLOCK_TYPES; () = every layer standard
 
     def __post_init__(self) -> None:
         # Normalise before validating so equal architectures compare (and hash) equal.
         object.__setattr__(self, "n_head", _int_tuple("n_head", self.n_head))
         object.__setattr__(self, "d_inner", _int_tuple("d_inner", self.d_inner))
         object.__setattr__(self, "cutoffs", _int_tuple("cutoffs", self.cutoffs))
+        object.__setattr__(self, "block_types", _block_types(self.block_types, self.n_layer))
         if self.d_embed is None:
             object.__setattr__(self, "d_embed", self.d_model)
         _validate(self)
@@ -57,7 +65,11 @@ class Architecture:
         elif not self.cutoffs:
             object.__setattr__(self, "cutoffs", default_cutoffs(self.vocab_size))
         _validate_cutoffs(self)
-        _backbone(self.backbone).validate(self)  # the family's own rules
+        backbone = _backbone(self.backbone)
+        if self.mem_len is None and backbone.default_mem_len is not None:
+            object.__setattr__(self, "mem_len", backbone.default_mem_len)
+        _validate_backbone_fields(self, backbone)
+        backbone.validate(self)  # the family's own rules
 
     @property
     def adaptive(self) -> bool:
@@ -67,6 +79,20 @@ class Architecture:
     @property
     def d_head(self) -> tuple[int, ...]:
         return tuple(self.d_model // h for h in self.n_head)
+
+    def block_type(self, layer: int) -> str:
+        return self.block_types[layer] if self.block_types else STANDARD_BLOCK
+
+    def has_attention(self, layer: int) -> bool:
+        return self.block_type(layer) != "ffn"
+
+    def has_ffn(self, layer: int) -> bool:
+        return self.block_type(layer) != "attn"
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers with an attention block (all of them unless block_types say otherwise)."""
+        return tuple(i for i in range(self.n_layer) if self.has_attention(i))
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -82,6 +108,11 @@ class Architecture:
         }
         if self.cutoffs:
             out["cutoffs"] = list(self.cutoffs)
+        # Only where used: the ids of architectures without them stay what they were.
+        if self.mem_len is not None:
+            out["mem_len"] = self.mem_len
+        if self.block_types:
+            out["block_types"] = list(self.block_types)
         return out
 
     def to_json(self, indent: int | None = None) -> str:
@@ -124,6 +155,31 @@ def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"architecture field {name!r} = {value!r} must be a list of integers")
     return tuple(value)
+
+
+def _block_types(value: Any, n_layer: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise LtsedgeError(f"architecture field 'block_types' = {value!r} must be a list of strings")
+    for i, v in enumerate(value):
+        if v not in BLOCK_TYPES:
+            raise LtsedgeError(f"architecture field 'block_types[{i}]' = {v!r} is invalid: must be one of "
+                               f"{', '.join(BLOCK_TYPES)}")
+    if value and is_int(n_layer) and len(value) != n_layer:
+        raise LtsedgeError(f"architecture field 'block_types' has {len(value)} entries: must have one per layer "
+                           f"(n_layer = {n_layer})")
+    # All standard is the same architecture as no block types: one canonical form, one id.
+    return () if all(v == STANDARD_BLOCK for v in value) else tuple(value)
+
+
+def _validate_backbone_fields(a: Architecture, backbone) -> None:
+    if a.mem_len is not None:
+        if backbone.default_mem_len is None:
+            raise LtsedgeError(f"architecture field 'mem_len' is invalid: backbone {a.backbone} has no recurrence "
+                               f"memory")
+        _check_int("mem_len", a.mem_len, 1)
+    if a.block_types and not backbone.supports_block_types:
+        raise LtsedgeError(f"architecture field 'block_types' is invalid: backbone {a.backbone} has no per-layer "
+                           f"block types")
 
 
 def _backbone(name: Any):

@@ -47,6 +47,10 @@ class Backbone:
     # stored measurement's key, so figures of the old graph are never reused. tests/test_pins.py pins
     # the exported bytes of a few architectures and fails until this is bumped with the new pins.
     graph_version: int = 1
+    # Architecture fields a backbone may use: a recurrence memory's default length (None: no memory),
+    # and whether its layers may be FFN-only or attention-only (PAR block types).
+    default_mem_len: int | None = None
+    supports_block_types: bool = False
 
     # --- the architecture ------------------------------------------------------------------------
     def validate(self, arch: Architecture) -> None:

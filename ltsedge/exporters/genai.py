@@ -14,7 +14,7 @@ generates the reference's tokens and logits). The config's head fields hold laye
 from __future__ import annotations
 
 import ltsedge
-from ltsedge.backbones.kv_cache import PAST, PRESENT
+from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
 
 GENAI_MODEL_TYPE = "decoder"
 
@@ -37,6 +37,8 @@ def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
 def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> dict:
     tokens = special_token_ids(arch, tokenizer)
     context = arch.n_positions
+    # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
+    layers = cache_layers(arch) or (0,)
     return {
         "model": {
             **tokens,
@@ -47,11 +49,11 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
                 "filename": model_file,
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "hidden_size": arch.d_model,
-                "num_hidden_layers": arch.n_layer,
-                # One value for all layers in genai's schema: layer 0's (each layer's are in the graph).
-                "num_attention_heads": arch.n_head[0],
-                "num_key_value_heads": arch.n_head[0],
-                "head_size": arch.d_head[0],
+                "num_hidden_layers": len(cache_layers(arch)),
+                # One value for all layers in genai's schema: the first cache's (each layer's are in the graph).
+                "num_attention_heads": arch.n_head[layers[0]],
+                "num_key_value_heads": arch.n_head[layers[0]],
+                "head_size": arch.d_head[layers[0]],
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
                            "position_ids": "position_ids",
                            "past_key_names": PAST.format(i="%d", kind="key"),
