@@ -181,7 +181,9 @@ def _print_profile(r: dict) -> None:
 @app.command()
 def search(
     device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
-    preset: str = typer.Option("default", "--preset", help="default | quick | smoke (see README)."),
+    preset: str = typer.Option("default", "--preset", help="default | quick | smoke | opt (see README)."),
+    backbone: Optional[str] = typer.Option(None, "--backbone", help="gpt2 | transfo_xl | opt (default: the space "
+                                           "file's or the preset's, else gpt2)."),
     space_file: Optional[Path] = typer.Option(None, "--space", help="Search-space TOML (overrides the preset's space)."),
     out: Path = typer.Option(Path("ltsedge-out"), "--out", help="Output directory (also holds the checkpoint)."),
     population: Optional[int] = typer.Option(None, "--population", min=2, help="NSGA-II population size."),
@@ -218,7 +220,7 @@ def search(
     from ltsedge.search.api import SearchOptions, run_search
 
     options = SearchOptions(
-        device=device, preset=preset, space_file=space_file, out=out, population=population, generations=generations,
+        device=device, preset=preset, backbone=backbone, space_file=space_file, out=out, population=population, generations=generations,
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,

@@ -9,6 +9,13 @@ Encoding: a fixed-length integer vector of choice indices,
 n_layer. Genes of layers beyond n_layer are ignored; a d_inner below 2*d_model is raised to the
 lower bound. So every vector in the bounds decodes to a valid architecture (``decode`` is the
 repair), and ``encode(decode(x))`` is the canonical vector of that architecture.
+
+PAR block types (optional, ``block_types = ["attn_ffn", "ffn", "attn"]`` in the TOML): one more gene
+per layer, appended after the d_inner genes, so spaces without them encode as before. A gene a layer's
+block type does not use (heads of an FFN-only layer, d_inner of an attention-only one) decodes to the
+first choice, so one model has one architecture. ``par_rules`` adds the PAR study's findings as a repair:
+attention only in the first two thirds of the layers, at most one attention layer per five layers
+(rounded up), at least one.
 """
 
 from __future__ import annotations
@@ -21,13 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from ltsedge.architecture import DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
+from ltsedge.architecture import BLOCK_TYPES, DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
 from ltsedge.validate import is_int, reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
+PAR_ATTENTION_SHARE = 2 / 3  # PAR: attention is needed only in the first two thirds of the layers
+PAR_LAYERS_PER_ATTENTION = 5  # PAR: about one attention layer per five layers suffices
 
 
 def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
@@ -47,6 +56,9 @@ class SearchSpace:
     n_positions: int = DEFAULT_N_POSITIONS
     cutoffs: tuple[int, ...] = ()  # adaptive-embedding clusters; () = Architecture's default for vocab_size
     backbone: str = "gpt2"
+    mem_len: int | None = None  # recurrence memory of every architecture (None: the backbone's default)
+    block_types: tuple[str, ...] = ()  # per-layer block-type choices (PAR); () = every layer standard
+    par_rules: bool = False  # repair block types by the PAR study's rules
     source: str = field(default="default", compare=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +67,7 @@ class SearchSpace:
             if not values and name != "d_embed":
                 raise LtsedgeError(f"search space: {name} has no choices")
             object.__setattr__(self, name, tuple(sorted(set(values))))
+        self._check_block_types()
         for d in self.d_model:
             if not self.d_inner_choices(d):
                 raise LtsedgeError(
@@ -67,6 +80,18 @@ class SearchSpace:
         # Build one architecture per extreme to surface invalid fixed fields (vocab, cutoffs) now.
         self.decode(np.zeros(self.n_genes, dtype=int))
         self.decode(np.array(self.upper_bounds))
+
+    def _check_block_types(self) -> None:
+        types = tuple(self.block_types)
+        unknown = [t for t in types if t not in BLOCK_TYPES]
+        if unknown:
+            raise LtsedgeError(f"search space: block type {unknown[0]!r} is unknown (known: {', '.join(BLOCK_TYPES)})")
+        # Canonical order, so equal spaces compare equal.
+        object.__setattr__(self, "block_types", tuple(t for t in BLOCK_TYPES if t in types))
+        if self.par_rules and "ffn" not in self.block_types:
+            raise LtsedgeError("search space: par_rules need the block type 'ffn' among block_types")
+        if self.par_rules and self.block_types == ("ffn",):
+            raise LtsedgeError("search space: par_rules need a block type with attention among block_types")
 
     @classmethod
     def default(cls, backbone: str = "gpt2", **changes: Any) -> SearchSpace:
@@ -88,43 +113,91 @@ class SearchSpace:
     def size(self) -> int:
         """The exact number of distinct architectures in the space."""
         per_embedding = len(self._d_embed_choices) * len(self.div_val)
-        return per_embedding * sum(
-            (len(self.n_head) * len(self.d_inner_choices(d))) ** n for n in self.n_layer for d in self.d_model
-        )
+        return per_embedding * sum(self._stacks(n, d) for n in self.n_layer for d in self.d_model)
+
+    def _stacks(self, n: int, d_model: int) -> int:
+        """Distinct layer stacks of n layers at d_model."""
+        heads, inner = len(self.n_head), len(self.d_inner_choices(d_model))
+        if not self.block_types:
+            return (heads * inner) ** n
+        per_type = {"attn_ffn": heads * inner, "ffn": inner, "attn": heads}
+        with_attention = sum(per_type[t] for t in self.block_types if t != "ffn")
+        ffn = per_type["ffn"] if "ffn" in self.block_types else 0
+        if not self.par_rules:
+            return (with_attention + ffn) ** n
+        eligible, cap = _par_limits(n)
+        return ffn ** (n - eligible) * sum(math.comb(eligible, k) * with_attention**k * ffn ** (eligible - k)
+                                           for k in range(1, cap + 1))
 
     # --- encoding ------------------------------------------------------------------------------
     @property
     def n_genes(self) -> int:
-        return N_GLOBAL_GENES + 2 * self.max_layers
+        return N_GLOBAL_GENES + (3 if self.block_types else 2) * self.max_layers
 
     @property
     def upper_bounds(self) -> list[int]:
         L = self.max_layers
         globals_ = [len(self.n_layer), len(self.d_model), len(self._d_embed_choices), len(self.div_val)]
-        return [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
+        bounds = [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
+        return bounds + [len(self.block_types) - 1] * L if self.block_types else bounds
+
+    def _layer_genes(self, which: int, n_layer: int) -> slice:
+        """The genes of the first ``n_layer`` layers: 0 = n_head, 1 = d_inner, 2 = block type."""
+        start = N_GLOBAL_GENES + which * self.max_layers
+        return slice(start, start + n_layer)
 
     def decode(self, x) -> Architecture:
         """Any integer vector within the bounds -> a valid architecture (this is the repair)."""
         g = [int(round(v)) for v in x]
-        g = [min(max(v, 0), hi) for v, hi in zip(g, self.upper_bounds)]
+        g = np.array([min(max(v, 0), hi) for v, hi in zip(g, self.upper_bounds)])
         n_layer, d_model = self.n_layer[g[0]], self.d_model[g[1]]
-        L = self.max_layers
-        heads = [self.n_head[i] for i in g[N_GLOBAL_GENES : N_GLOBAL_GENES + n_layer]]
+        heads = [self.n_head[i] for i in g[self._layer_genes(0, n_layer)]]
         lowest = self.d_inner_choices(d_model)[0]
-        inner = [max(self.d_inner[i], lowest) for i in g[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + n_layer]]
-        return self._architecture(n_layer, d_model, heads, inner, self._d_embed_choices[g[2]], self.div_val[g[3]])
+        inner = [max(self.d_inner[i], lowest) for i in g[self._layer_genes(1, n_layer)]]
+        types = [self.block_types[i] for i in g[self._layer_genes(2, n_layer)]] if self.block_types else []
+        if self.par_rules:
+            types = self._par_repair(types)
+        for i, t in enumerate(types):  # genes a block type does not use: the first choice
+            if t == "ffn":
+                heads[i] = self.n_head[0]
+            elif t == "attn":
+                inner[i] = lowest
+        return self._architecture(n_layer, d_model, heads, inner, self._d_embed_choices[g[2]], self.div_val[g[3]],
+                                  types)
+
+    def _par_repair(self, types: list[str]) -> list[str]:
+        """Attention only in the first two thirds, at most one attention layer per five, at least one."""
+        eligible, cap = _par_limits(len(types))
+        out, kept = [], 0
+        for i, t in enumerate(types):
+            if t != "ffn" and (i >= eligible or kept >= cap):
+                t = "ffn"
+            kept += t != "ffn"
+            out.append(t)
+        if not kept:
+            out[0] = next(t for t in self.block_types if t != "ffn")
+        return out
 
     def encode(self, arch: Architecture, fill=None) -> np.ndarray:
-        """The vector of ``arch``; genes of absent layers are copied from ``fill`` (or 0)."""
+        """The vector of ``arch``; genes of absent layers, and genes a layer's block type does not use,
+        are copied from ``fill`` (or 0)."""
         x = np.zeros(self.n_genes, dtype=int) if fill is None else np.array(fill, dtype=int)
-        L = self.max_layers
+        n = arch.n_layer
         try:
+            if arch.backbone != self.backbone or (arch.block_types and not self.block_types):
+                raise ValueError
             x[:N_GLOBAL_GENES] = [
                 self.n_layer.index(arch.n_layer), self.d_model.index(arch.d_model),
-                self._d_embed_choices.index(arch.d_embed if self.d_embed or arch.d_embed != arch.d_model else None), self.div_val.index(arch.div_val),
+                self._d_embed_choices.index(arch.d_embed if self.d_embed or arch.d_embed != arch.d_model else None),
+                self.div_val.index(arch.div_val),
             ]
-            x[N_GLOBAL_GENES : N_GLOBAL_GENES + arch.n_layer] = [self.n_head.index(h) for h in arch.n_head]
-            x[N_GLOBAL_GENES + L : N_GLOBAL_GENES + L + arch.n_layer] = [self.d_inner.index(d) for d in arch.d_inner]
+            for i in range(n):
+                if arch.has_attention(i) or not self.block_types:
+                    x[self._layer_genes(0, n).start + i] = self.n_head.index(arch.n_head[i])
+                if arch.has_ffn(i) or not self.block_types:
+                    x[self._layer_genes(1, n).start + i] = self.d_inner.index(arch.d_inner[i])
+                if self.block_types:
+                    x[self._layer_genes(2, n).start + i] = self.block_types.index(arch.block_type(i))
         except ValueError:
             raise LtsedgeError(f"architecture {arch.id} is not in the search space ({self.source})") from None
         return x
@@ -148,14 +221,19 @@ class SearchSpace:
         n_layer, d_model = rng.choice(self.n_layer), rng.choice(self.d_model)
         heads = [rng.choice(self.n_head) for _ in range(n_layer)]
         inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
-        return self._architecture(n_layer, d_model, heads, inner, rng.choice(self._d_embed_choices),
+        arch = self._architecture(n_layer, d_model, heads, inner, rng.choice(self._d_embed_choices),
                                   rng.choice(self.div_val))
+        if not self.block_types:
+            return arch
+        x = self.encode(arch)
+        x[self._layer_genes(2, n_layer)] = [rng.randrange(len(self.block_types)) for _ in range(n_layer)]
+        return self.decode(x)  # applies the block types (and the PAR rules)
 
-    def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val) -> Architecture:
+    def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val, block_types=()) -> Architecture:
         return Architecture(
             n_layer=n_layer, d_model=d_model, n_head=tuple(heads), d_inner=tuple(inner), d_embed=d_embed,
             div_val=div_val, vocab_size=self.vocab_size, n_positions=self.n_positions, cutoffs=self.cutoffs,
-            backbone=self.backbone,
+            backbone=self.backbone, mem_len=self.mem_len, block_types=tuple(block_types),
         )
 
     # --- description and configuration -----------------------------------------------------
@@ -171,6 +249,9 @@ class SearchSpace:
             "div_val": _describe(self.div_val),
             "vocab_size": self.vocab_size,
             "n_positions": self.n_positions,
+            **({"block types (per layer)": _describe_types(self.block_types)
+                + (", PAR rules" if self.par_rules else "")} if self.block_types else {}),
+            **({"mem_len": self.mem_len} if self.mem_len is not None else {}),
             "size": size,
             "size_log10": round(math.log10(size), 2),
         }
@@ -179,25 +260,48 @@ class SearchSpace:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "source"}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> SearchSpace:
+    def from_dict(cls, data: dict[str, Any], source: str = "config", backbone: str | None = None) -> SearchSpace:
+        """A space from TOML data; ``backbone`` (e.g. ``--backbone``) is the default of its ``backbone`` key
+        and must agree with it when both are given."""
         try:
             reject_unknown("search-space key", data, (f.name for f in fields(cls) if f.name != "source"))
         except LtsedgeError as e:
             raise LtsedgeError(f"{source}: {e}") from None
-        values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS else _parse_scalar(k, v, source)
+        values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS
+                  else _parse_block_types(v, source) if k == "block_types" else _parse_scalar(k, v, source)
                   for k, v in data.items()}
+        given = values.pop("backbone", None)
+        if backbone is not None and given is not None and given != backbone:
+            raise LtsedgeError(f"{source}: backbone = {given!r} contradicts --backbone {backbone}")
         try:
-            return cls.default(values.pop("backbone", "gpt2"), **values, source=source)
+            get_backbone(given or backbone or "gpt2")
+            return cls.default(given or backbone or "gpt2", **values, source=source)
         except LtsedgeError as e:
             raise LtsedgeError(f"{source}: {e}") from None
 
     @classmethod
-    def load(cls, path: str | Path) -> SearchSpace:
+    def load(cls, path: str | Path, backbone: str | None = None) -> SearchSpace:
         data = read_toml(path, "search-space file")
-        return cls.from_dict(data.get("space", data), source=str(path))
+        return cls.from_dict(data.get("space", data), source=str(path), backbone=backbone)
 
 
 _CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs")
+
+
+def _par_limits(n_layer: int) -> tuple[int, int]:
+    """(layers that may hold attention, most attention layers) under the PAR rules."""
+    return math.ceil(n_layer * PAR_ATTENTION_SHARE), max(1, math.ceil(n_layer / PAR_LAYERS_PER_ATTENTION))
+
+
+def _describe_types(types: tuple[str, ...]) -> str:
+    return "{" + ", ".join(types) + "}"
+
+
+def _parse_block_types(value: Any, source: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise LtsedgeError(f"{source}: block_types must be a list of block types ({', '.join(BLOCK_TYPES)}), "
+                           f"got {value!r}")
+    return tuple(value)
 
 
 def _describe(values: tuple[int, ...]) -> str:
@@ -225,9 +329,14 @@ def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
 
 
 def _parse_scalar(key: str, value: Any, source: str):
-    expected = {"d_inner_min_ratio": (int, float), "vocab_size": int, "n_positions": int, "backbone": str}[key]
+    expected = {"d_inner_min_ratio": (int, float), "vocab_size": int, "n_positions": int, "backbone": str,
+                "mem_len": int, "par_rules": bool}[key]
+    if key == "par_rules" and isinstance(value, bool):
+        return value
     if isinstance(value, bool) or not isinstance(value, expected):
         raise LtsedgeError(f"{source}: {key} = {value!r} has the wrong type")
+    if key == "mem_len" and value < 1:
+        raise LtsedgeError(f"{source}: mem_len = {value} is invalid: must be >= 1")
     if key in ("vocab_size", "n_positions") and value < 2:
         raise LtsedgeError(f"{source}: {key} = {value} is invalid: must be >= 2")
     if key == "d_inner_min_ratio" and value < 0:

@@ -153,3 +153,75 @@ def test_empty_d_embed_means_plain_embeddings_of_width_d_model(tmp_path):
     toml.write_text("n_layer = [1, 2]\nd_model = [64, 128]\nn_head = [2]\nd_inner = [256]\nd_embed = []\ndiv_val = [1]\n")
     assert SearchSpace.load(toml) == space
     assert space.describe()["d_embed"] == "= d_model"
+
+
+# --- PAR block types -----------------------------------------------------------------------------
+
+def enumerate_par_space(s: SearchSpace) -> set:
+    """Brute force over block types too: every architecture, irrelevant genes at their first choice,
+    kept when it obeys the PAR rules (if the space has them)."""
+    out = set()
+    for n, d, e, k in itertools.product(s.n_layer, s.d_model, s.d_embed, s.div_val):
+        inner_choices = s.d_inner_choices(d)
+        per_type = {"attn_ffn": list(itertools.product(s.n_head, inner_choices)),
+                    "ffn": [(s.n_head[0], i) for i in inner_choices],
+                    "attn": [(h, inner_choices[0]) for h in s.n_head]}
+        for types in itertools.product(s.block_types, repeat=n):
+            attention = [i for i, t in enumerate(types) if t != "ffn"]
+            if s.par_rules and not (attention and max(attention) < math.ceil(2 * n / 3)
+                                    and len(attention) <= max(1, math.ceil(n / 5))):
+                continue
+            for layers in itertools.product(*(per_type[t] for t in types)):
+                out.add(s._architecture(n, d, [h for h, _ in layers], [i for _, i in layers], e, k, types))
+    return out
+
+
+@pytest.mark.parametrize("types, rules", [(("attn_ffn", "ffn", "attn"), False), (("attn_ffn", "ffn"), True),
+                                          (("attn_ffn", "ffn", "attn"), True)])
+def test_block_type_genes_count_exactly_and_every_vector_decodes_inside(types, rules):
+    s = tiny_space(n_layer=(1, 2, 3, 6), d_model=(32,), d_inner=(64, 96), d_embed=(32,), div_val=(1,),
+                   block_types=types, par_rules=rules)
+    assert s.n_genes == 4 + 3 * 6
+    everything = enumerate_par_space(s)
+    assert s.size() == len(everything)
+    rng = np.random.default_rng(1)
+    decoded = set()
+    for _ in range(3000):
+        x = rng.integers(0, np.array(s.upper_bounds) + 1)
+        arch = s.decode(x)
+        assert arch in everything and s.contains(arch)
+        repaired = s.repair(x)
+        assert s.decode(repaired) == arch and (s.repair(repaired) == repaired).all()
+        decoded.add(arch)
+    assert len(decoded) > min(len(everything), 3000) // 5  # the decoder reaches far into the space
+
+
+def test_par_rules_keep_attention_early_and_rare():
+    s = SearchSpace(block_types=("attn_ffn", "ffn", "attn"), par_rules=True)
+    for arch in s.sample(200, seed=0):
+        attention = arch.attention_layers
+        assert attention and max(attention) < math.ceil(2 * arch.n_layer / 3)
+        assert len(attention) <= max(1, math.ceil(arch.n_layer / 5))
+        assert s.contains(arch)
+
+
+def test_block_types_leave_spaces_without_them_unchanged():
+    plain = SearchSpace()
+    assert plain.n_genes == 4 + 2 * 16 and all(not a.block_types for a in plain.sample(50, seed=2))
+    with pytest.raises(LtsedgeError, match="block type 'conv' is unknown"):
+        SearchSpace(block_types=("attn_ffn", "conv"))
+    with pytest.raises(LtsedgeError, match="par_rules need the block type 'ffn'"):
+        SearchSpace(block_types=("attn_ffn", "attn"), par_rules=True)
+
+
+def test_block_types_from_toml(tmp_path):
+    f = tmp_path / "space.toml"
+    f.write_text('[space]\nn_layer = [2, 3]\nblock_types = ["attn_ffn", "ffn"]\npar_rules = true\n')
+    s = SearchSpace.load(f)
+    assert s.block_types == ("attn_ffn", "ffn") and s.par_rules
+    f.write_text('[space]\nblock_types = "ffn"\n')
+    with pytest.raises(LtsedgeError, match="block_types must be a list"):
+        SearchSpace.load(f)
+    f.write_text('[space]\npar_rules = 1\n')
+    with pytest.raises(LtsedgeError, match="par_rules = 1 has the wrong type"):
+        SearchSpace.load(f)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 # The tiny architecture of the profile step, and the CLI commands under test ({...} are filled in).
 TINY_ARCH = {"n_layer": 2, "d_model": 64, "n_head": [2, 2], "d_inner": [128, 128], "vocab_size": 500, "n_positions": 64}
+# The same size in the study's second backbone (relative positions, recurrence memory).
+TINY_XL_ARCH = {**TINY_ARCH, "backbone": "transfo_xl", "mem_len": 16}
 # profile and check measure on {device}: the builtin "cpu" profile resized the way the search's smoke preset
 # resizes it. Plain `--device cpu` cannot work here: it measures at sequence 192, beyond the tiny models'
 # n_positions 64 (every measurement errors), and its drift check waits up to 120 s for a "cool-down"
@@ -37,6 +39,7 @@ name = "smoke-cpu"
 description = "builtin cpu profile sized for the emulated arm64 smoke test"
 [workload]
 sequence = 16
+context = 16
 [repeats]
 warmup = 1
 min_runs = 3
@@ -47,12 +50,13 @@ drift_check_every = 0
 """
 COMMANDS = {
     "profile": ["profile", "{arch}", "--device", "{device}", "--json"],
+    "profile_xl": ["profile", "{arch}", "--device", "{device}", "--json"],
     "search": ["search", "--preset", "smoke", "--out", "{out}", "--device", "cpu", "--quiet"],
     "check": ["check", "{models...}", "--device", "{device}", "--max-latency-ms", "100000", "--max-memory-mb", "100000",
               "--json"],
 }
 # Per command: generous limits for emulation (qemu-user is 50-200x slower than native).
-TIMEOUT_S = {"profile": 300, "search": 600, "check": 300}
+TIMEOUT_S = {"profile": 300, "profile_xl": 300, "search": 600, "check": 300}
 
 
 class SmokeFailure(AssertionError):
@@ -141,10 +145,10 @@ class Smoke:
         return (f"ltsedge {ltsedge.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
                 f"numpy {numpy.__version__}; models stamped opset {t.opset} IR {t.ir_version}")
 
-    def profile(self) -> str:
-        arch = self.work / "arch.json"
-        arch.write_text(json.dumps(TINY_ARCH))
-        proc = self.ltsedge("profile", arch=arch)
+    def profile(self, command: str = "profile", architecture: dict = TINY_ARCH) -> str:
+        arch = self.work / f"{command}.json"
+        arch.write_text(json.dumps(architecture))
+        proc = self.ltsedge(command, arch=arch)
         check(proc.returncode == 0, f"`ltsedge profile` exited {proc.returncode}")
         r = _json_output(proc.stdout, "profile")
         check(isinstance(r, dict), f"profile --json printed {type(r).__name__}, expected an object")
@@ -155,6 +159,9 @@ class Smoke:
         check(fp.get("arch") == "aarch64" or self.any_machine, f"profile's fingerprint says arch {fp.get('arch')!r}")
         return (f"latency {r['latency_ms']:.2f} ms, peak memory {r['peak_memory_mb']:.1f} MB "
                 f"on {fp.get('cpu_model')} ({fp.get('arch')})")
+
+    def profile_xl(self) -> str:
+        return "Transformer-XL: " + self.profile("profile_xl", TINY_XL_ARCH)
 
     def search(self) -> str:
         out = self.work / "out"
@@ -174,19 +181,29 @@ class Smoke:
             path = Path(rel) if Path(rel).is_absolute() else out / rel
             check(path.is_file(), f"frontier model {path} does not exist")
             _check_measurement(entry, f"frontier entry {entry.get('id')}")
+            vocab = (entry.get("architecture") or {}).get("vocab_size", 2)
+            ids = np.arange(8, dtype=np.int64).reshape(1, 8) % vocab
             try:
                 session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-                vocab = (entry.get("architecture") or {}).get("vocab_size", 2)
-                ids = np.arange(8, dtype=np.int64).reshape(1, 8) % vocab
-                (logits,) = session.run(None, {session.get_inputs()[0].name: ids})
+                if [i.name for i in session.get_inputs()] == ["input_ids"]:  # the forward variant
+                    (logits,) = session.run(None, {"input_ids": ids})
+                    check(logits.shape[:2] == (1, 8) and np.isfinite(logits).all(), f"{path}: bad logits {logits.shape}")
+                else:  # a generation bundle: prefill, then tokens with the cache fed back, as an app runs it
+                    from ltsedge.generation import greedy
+
+                    generated = greedy(session, ids, 4)
+                    check(generated.tokens.shape == (1, 4) and all(np.isfinite(l).all() for l in generated.logits),
+                          f"{path}: bad generation {generated.tokens.shape}")
+            except SmokeFailure:
+                raise
             except Exception as e:  # noqa: BLE001
                 raise SmokeFailure(f"onnxruntime cannot run {path}: {e}") from None
-            check(logits.shape[:2] == (1, 8) and np.isfinite(logits).all(), f"{path}: bad logits {logits.shape}")
-        return f"{len(entries)} frontier models, each loads and runs in onnxruntime"
+        return f"{len(entries)} frontier models, each loads and runs (generates) in onnxruntime"
 
     def check_models(self) -> str:
-        models = sorted(glob.glob(str(self.work / "out" / "models" / "*.onnx")))
-        check(models, f"no {self.work / 'out' / 'models' / '*.onnx'} to check")
+        pattern = self.work / "out" / "models" / "**" / "*.onnx"  # model files or bundles (DIR/model.onnx)
+        models = sorted(glob.glob(str(pattern), recursive=True))
+        check(models, f"no {pattern} to check")
         proc = self.ltsedge("check", models=models)
         check(proc.returncode == 0, f"`ltsedge check` exited {proc.returncode} (expected 0: budgets are huge)")
         r = _json_output(proc.stdout, "check")
@@ -258,7 +275,7 @@ def main() -> int:
 
     s = Smoke(work.resolve(), args.any_machine)
     steps = [("machine", s.machine, ()), ("import", s.imports, ()), ("profile", s.profile, ("import",)),
-             ("search", s.search, ("import",)), ("check", s.check_models, ("search",))]
+             ("profile_xl", s.profile_xl, ("import",)), ("search", s.search, ("import",)), ("check", s.check_models, ("search",))]
     t0 = time.monotonic()
     for name, fn, needs in steps:
         if args.only and name not in args.only:

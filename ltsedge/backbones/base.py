@@ -51,6 +51,9 @@ class Backbone:
     # and whether its layers may be FFN-only or attention-only (PAR block types).
     default_mem_len: int | None = None
     supports_block_types: bool = False
+    supports_adaptive: bool = True  # adaptive input embeddings / softmax (d_embed, div_val)
+    learned_positions: bool = True  # a position table of n_positions rows bounds past + sequence
+    genai_compatible: bool = True  # its generate variant is a KV-cache decoder onnxruntime-genai can run
 
     # --- the architecture ------------------------------------------------------------------------
     def validate(self, arch: Architecture) -> None:
@@ -101,7 +104,7 @@ class Backbone:
     def max_sequence(self, space) -> int | None:
         """The longest sequence (past included) its models can take: learned position tables end at
         ``n_positions``; None where positions are relative and unbounded."""
-        return space.n_positions
+        return space.n_positions if self.learned_positions else None
 
     def __repr__(self) -> str:
         return f"<backbone {self.name}>"

@@ -2,7 +2,8 @@
 
     DIR/model.onnx            the generate variant (KV cache), weights inline ...
     DIR/model.onnx.data       ... or here, when over protobuf's 2 GB (or asked for)
-    DIR/genai_config.json     onnxruntime-genai: og.Model(DIR) / og.Generator load it as is
+    DIR/genai_config.json     onnxruntime-genai: og.Model(DIR) / og.Generator load it as is (KV-cache
+                              backbones; Transformer-XL's recurrence memory is fed by the app's own loop)
     DIR/config.json           Hugging Face style, with ltsedge's per-layer fields a standard config cannot say
     DIR/generation_config.json
     DIR/tokenizer.json ...    only when the user gives one (--tokenizer): never fetched
@@ -19,6 +20,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config
 from ltsedge.files import sha256_of
@@ -45,9 +47,10 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
         claim(directory / f"{MODEL_FILE}.data")
     written = exported.save_files(directory / MODEL_FILE, external_data=external)
     arch = exported.arch
-    documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data),
-                 "config.json": hf_config(arch, tokenizer_data),
+    documents = {"config.json": hf_config(arch, tokenizer_data),
                  "generation_config.json": hf_generation_config(arch, tokenizer_data)}
+    if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
+        documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data), **documents}
     for name, document in documents.items():
         written[name] = _write_json(claim(directory / name), document)
     for source in tokenizer_files:

@@ -90,7 +90,8 @@ def hf_config(arch, tokenizer: dict | None = None) -> dict:
         **special_token_ids(arch, tokenizer),
         "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
                     "n_head_per_layer": list(arch.n_head), "head_dim_per_layer": list(arch.d_head),
-                    "d_inner_per_layer": list(arch.d_inner)},
+                    "d_inner_per_layer": list(arch.d_inner),
+                    "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)]},
     }
 
 

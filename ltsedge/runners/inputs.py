@@ -5,7 +5,8 @@ symbolic axis is sized from the workload or bound by a ``shapes`` override, and 
 follow its declared role. Workloads (what is timed):
   - ``forward``: one full pass over ``sequence`` tokens (the study's protocol; the forward variant);
   - ``prefill``: a prompt of ``sequence`` tokens through a generate model, with an empty cache;
-  - ``decode``: one new token after a cache of ``context`` tokens: the time per generated token.
+  - ``decode``: one new token after a cache of ``context`` tokens: the time per generated token (a
+    recurrence memory, Transformer-XL's, holds ``min(context, mem_len)`` states: all it ever keeps).
 A generate model is timed on prefill and decode, any other model on forward.
 
 A foreign model gets inputs from the inputs its session declares, guessed by name.
@@ -74,12 +75,12 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
     models, the longest sequence come from it) or the list ``session.get_inputs()``. ``profile`` is
     anything with ``batch``, ``sequence`` and (for decode) ``context``.
     """
-    limit = None
+    limit = memory = None
     if hasattr(session_or_inputs, "get_inputs"):
         session = session_or_inputs
         declared = session.get_inputs()
         vocab_size = vocab_size or vocab_size_of(session)
-        limit = n_positions_of(session)
+        limit, memory = n_positions_of(session), memory_length_of(session)
     else:
         declared = list(session_or_inputs)
     shapes = dict(shapes or {})
@@ -90,7 +91,10 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
     rng = np.random.default_rng(seed)
     spec = declared_spec(session_or_inputs)
     if spec is not None:
-        return _declared_inputs(spec, workload_axes(workload, profile), shapes, vocab_size, limit, rng)
+        axes = workload_axes(workload, profile)
+        if memory is not None and "past_sequence" in axes:  # a recurrence memory keeps at most mem_len states
+            axes["past_sequence"] = min(axes["past_sequence"], memory)
+        return _declared_inputs(spec, axes, shapes, vocab_size, limit, rng)
     feeds = {}
     for info in declared:
         shape = resolve_shape(info.name, info.shape, profile, shapes.get(info.name))
@@ -208,9 +212,25 @@ def vocab_size_of(session: Any) -> int | None:
 
 
 def n_positions_of(session: Any) -> int | None:
-    """The longest sequence an ltsedge model embeds (None for other models)."""
-    value = _architecture_metadata(session).get("n_positions")
-    return value if isinstance(value, int) else None
+    """The longest sequence an ltsedge model embeds (None for other models, and for backbones whose
+    positions are relative, e.g. Transformer-XL)."""
+    arch = _architecture_metadata(session)
+    value = arch.get("n_positions")
+    if not isinstance(value, int):
+        return None
+    from ltsedge.backbones import get_backbone  # the registry imports no torch
+    from ltsedge.errors import LtsedgeError
+
+    try:
+        return value if get_backbone(str(arch.get("backbone", "gpt2"))).learned_positions else None
+    except LtsedgeError:
+        return value
+
+
+def memory_length_of(session: Any) -> int | None:
+    """A recurrence memory's length (Transformer-XL's ``mem_len``): the most past a model ever keeps."""
+    value = _architecture_metadata(session).get("mem_len")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _architecture_metadata(session: Any) -> dict:

@@ -21,6 +21,7 @@ from ltsedge.store import MeasurementStore
 class SearchOptions:
     device: str = "cpu"
     preset: str = "default"
+    backbone: str | None = None  # None: the space file's, else the preset's, else gpt2
     space_file: Path | None = None
     out: Path = Path("ltsedge-out")
     population: int | None = None
@@ -53,7 +54,13 @@ def resolve(options: SearchOptions):
     profile = preset.apply(load_profile(options.device))
     if options.sequence is not None:
         profile = profile.replace(sequence=options.sequence)
-    space = SearchSpace.load(options.space_file) if options.space_file else preset.space()
+    if options.backbone is not None:
+        get_backbone(options.backbone)  # an unknown name is a one-line error listing the known ones
+    if options.space_file:
+        backbone = preset.backbone_for(options.backbone) if options.backbone or preset.backbone else None
+        space = SearchSpace.load(options.space_file, backbone=backbone)
+    else:
+        space = preset.space(options.backbone)
     backbone = get_backbone(space.backbone)
     objective = _objective(options.objective, backbone)
     _check_workload(backbone, space, profile, objective)

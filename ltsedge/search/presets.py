@@ -1,6 +1,6 @@
 """Named search presets: the study's full-scale default, a quick demo, and a tiny smoke test.
 
-A preset narrows the backbone's default space, fixes population, generations and baseline, and
+A preset narrows the backbone's default space (any backbone's, ``--backbone``; ``opt`` is OPT's own), fixes population, generations and baseline, and
 adjusts the device profile's workload (sequence length) and repeat policy; command-line options
 override any of them.
 """
@@ -28,12 +28,23 @@ class Preset:
     generations: int
     baseline_spec: BaselineSpec | None  # None: the backbone's own layer-scaled baseline
     profile_changes: dict = field(default_factory=dict)
+    backbone: str | None = None  # the preset's own backbone (None: any, gpt2 unless told otherwise)
 
-    def space(self, backbone: str = "gpt2") -> SearchSpace:
-        return SearchSpace.default(backbone, **self.space_changes, source=f"preset {self.name}")
+    def space(self, backbone: str | None = None) -> SearchSpace:
+        backbone = self.backbone_for(backbone)
+        changes = dict(self.space_changes)
+        if not get_backbone(backbone).supports_adaptive:  # e.g. OPT: d_embed = d_model, no adaptive factor
+            changes.pop("d_embed", None)
+            changes.pop("div_val", None)
+        return SearchSpace.default(backbone, **changes, source=f"preset {self.name}")
 
-    def baseline(self, backbone: str = "gpt2") -> BaselineSpec:
-        return self.baseline_spec or get_backbone(backbone).baseline()
+    def backbone_for(self, backbone: str | None) -> str:
+        if self.backbone and backbone and backbone != self.backbone:
+            raise LtsedgeError(f"preset {self.name} searches backbone {self.backbone}, not {backbone}")
+        return backbone or self.backbone or "gpt2"
+
+    def baseline(self, backbone: str | None = None) -> BaselineSpec:
+        return self.baseline_spec or get_backbone(self.backbone_for(backbone)).baseline()
 
     def apply(self, profile: DeviceProfile) -> DeviceProfile:
         return profile.replace(**self.profile_changes) if self.profile_changes else profile
@@ -58,6 +69,11 @@ PRESETS = {
         6, 2, BaselineSpec(d_model=64, d_inner=128, n_head=2, layers=(1, 2)),
         {"sequence": 16, "context": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,
          "drift_check_every": 0},
+    ),
+    "opt": Preset(
+        "opt", "the study's OPT-scale space (3-29 layers, d_model 512-1472) against OPT-350M's layer-scaled "
+        "block, sequence 2048: models of 100 M-1 B parameters, hours per generation on a laptop CPU",
+        {}, 100, 30, None, {"sequence": 2048, "context": 2048}, backbone="opt",
     ),
 }
 

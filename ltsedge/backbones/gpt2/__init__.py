@@ -1,5 +1,7 @@
 """GPT-2 (pre-LayerNorm blocks, learned positions, tied output): the study's first backbone.
 
+Each layer may be standard, FFN-only or attention-only (PAR block types, ``arch.block_types``).
+
 ``params.py`` counts, ``model.py`` is the PyTorch reference, ``graph.py`` the ONNX graph; this file
 ties them into the ``Backbone`` the registry hands out.
 """
@@ -16,6 +18,7 @@ class GPT2Backbone(Backbone):
     name = "gpt2"
     description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
     variants = ("forward", "generate")
+    supports_block_types = True  # PAR layers: FFN-only (no attention, no cache) or attention-only
 
     def decoder_params(self, arch) -> int:
         return params.decoder_params(arch)

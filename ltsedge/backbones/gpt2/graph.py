@@ -7,6 +7,8 @@ initializer. The tests prove its logits equal PyTorch's on random architectures,
 adaptive embeddings.
 
 Activations stay 2-D (``[batch*sequence, d_model]``) between blocks; attention reshapes to heads.
+Each layer is its attention sub-block then its FFN sub-block; a PAR layer (``arch.block_types``) writes
+only the one it has, so an FFN-only layer has no attention node, weight or cache.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from onnx import TensorProto, helper
 
 from ltsedge.backbones.adaptive.graph import adaptive_embed, adaptive_logits
 from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS, MASKED_SCORE
+from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
 from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
@@ -33,13 +36,18 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
 
     x = _embed(g, arch, ids, ids_shape, seq_len)  # [B*T, d]
-    # Causal mask, shared by every layer: -inf above the diagonal, 0 elsewhere.
-    square = g.op("Concat", g.unsqueeze0(seq_len), g.unsqueeze0(seq_len), axis=0)
-    minus_inf = helper.make_tensor("v", TensorProto.FLOAT, [1], [float("-inf")])
-    mask = g.op("Trilu", g.op("ConstantOfShape", square, value=minus_inf), g.const(1), upper=1)
+    mask = None
+    if arch.attention_layers:  # an all-FFN model has no attention to mask
+        # Causal mask, shared by every layer: -inf above the diagonal, 0 elsewhere.
+        square = g.op("Concat", g.unsqueeze0(seq_len), g.unsqueeze0(seq_len), axis=0)
+        minus_inf = helper.make_tensor("v", TensorProto.FLOAT, [1], [float("-inf")])
+        mask = g.op("Trilu", g.op("ConstantOfShape", square, value=minus_inf), g.const(1), upper=1)
 
     for i, n_head in enumerate(arch.n_head):
-        x = _block(g, arch.d_model, n_head, f"h.{i}", x, ids_shape, mask)
+        if arch.has_attention(i):
+            x = _attention(g, arch.d_model, n_head, f"h.{i}", x, ids_shape, mask)
+        if arch.has_ffn(i):
+            x = _ffn(g, f"h.{i}", x)
     x = g.layer_norm(x, "ln_f", LAYER_NORM_EPS)
     logits = _output(g, arch, x)  # [B*T, V]
     g.op("Reshape", logits, g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
@@ -62,7 +70,8 @@ def _embed(g: GraphBuilder, arch, ids: str, ids_shape: str, seq_len: str) -> str
     return g.op("Reshape", g.op("Add", tok, pos), g.const([-1, d]))
 
 
-def _block(g: GraphBuilder, d: int, n_head: int, prefix: str, x: str, ids_shape: str, mask: str) -> str:
+def _attention(g: GraphBuilder, d: int, n_head: int, prefix: str, x: str, ids_shape: str, mask: str) -> str:
+    """``x + attn(ln_1(x))`` over the full sequence."""
     d_head = d // n_head
     a = g.layer_norm(x, f"{prefix}.ln_1", LAYER_NORM_EPS)
     qkv = g.linear(a, f"{prefix}.attn.c_attn")  # [B*T, 3d]
@@ -75,11 +84,13 @@ def _block(g: GraphBuilder, d: int, n_head: int, prefix: str, x: str, ids_shape:
     att = g.op("Softmax", g.op("Add", scores, mask), axis=-1)
     y = g.op("Transpose", g.op("MatMul", att, v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
     y = g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj")
-    x = g.op("Add", x, y)
+    return g.op("Add", x, y)
 
+
+def _ffn(g: GraphBuilder, prefix: str, x: str) -> str:
+    """``x + mlp(ln_2(x))``; the same in both variants."""
     m = g.linear(g.layer_norm(x, f"{prefix}.ln_2", LAYER_NORM_EPS), f"{prefix}.mlp.c_fc")
-    m = g.linear(g.gelu(m), f"{prefix}.mlp.c_proj")
-    return g.op("Add", x, m)
+    return g.op("Add", x, g.linear(g.gelu(m), f"{prefix}.mlp.c_proj"))
 
 
 def _output(g: GraphBuilder, arch, x: str) -> str:
@@ -93,16 +104,19 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
 
     ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
-    padding); per layer ``past_key_values.{i}.key/.value`` [batch, heads_i, past, head_dim_i] ->
-    ``logits`` and ``present.{i}.key/.value`` [batch, heads_i, past + sequence, head_dim_i]. Prefill is
-    the same graph with a past of length 0. Mirrors ``GPT2.forward_with_cache``.
+    padding); per attention layer ``past_key_values.{k}.key/.value`` [batch, heads, past, head_dim] ->
+    ``logits`` and ``present.{k}.key/.value`` [batch, heads, past + sequence, head_dim], k counting the
+    layers with attention (``kv_cache.cache_layers``). Prefill is the same graph with a past of length 0.
+    Mirrors ``GPT2.forward_with_cache``. An all-FFN model has no cache and reads no ``attention_mask``.
     """
     g = GraphBuilder(weights, opset)
     d = arch.d_model
+    caches = cache_layers(arch)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
-    past_len = g.op("Gather", g.op("Shape", "past_key_values.0.key"), g.const(2), axis=0)
-    total_len = g.op("Add", past_len, seq_len)
+    if caches:
+        past_len = g.op("Gather", g.op("Shape", "past_key_values.0.key"), g.const(2), axis=0)
+        total_len = g.op("Add", past_len, seq_len)
 
     if arch.adaptive:
         tok = g.op("Reshape", adaptive_embed(g, arch, "input_ids", "wte"), g.op("Concat", ids_shape, g.const([d]), axis=0))
@@ -111,15 +125,19 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     pos = g.op("Gather", g.weight("wpe.weight"), "position_ids", axis=0)  # [B, T, d]
     x = g.op("Reshape", g.op("Add", tok, pos), g.const([-1, d]))
 
-    # May query t (absolute position past + t) attend to key j? j <= past + t, and j is not padding.
-    queries = g.op("Unsqueeze", g.op("Range", past_len, total_len, g.const(1)), g.const([1]))  # [T, 1]
-    keys = g.op("Unsqueeze", g.op("Range", g.const(0), total_len, g.const(1)), g.const([0]))  # [1, S]
-    causal = g.op("LessOrEqual", keys, queries)  # [T, S]
-    not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
-    allowed = g.op("And", causal, not_padding)  # [B, 1, T, S]
+    if caches:
+        # May query t (absolute position past + t) attend to key j? j <= past + t, and j is not padding.
+        queries = g.op("Unsqueeze", g.op("Range", past_len, total_len, g.const(1)), g.const([1]))  # [T, 1]
+        keys = g.op("Unsqueeze", g.op("Range", g.const(0), total_len, g.const(1)), g.const([0]))  # [1, S]
+        causal = g.op("LessOrEqual", keys, queries)  # [T, S]
+        not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
+        allowed = g.op("And", causal, not_padding)  # [B, 1, T, S]
 
     for i, n_head in enumerate(arch.n_head):
-        x = _cached_block(g, d, n_head, i, x, ids_shape, allowed)
+        if arch.has_attention(i):
+            x = _cached_attention(g, d, n_head, f"h.{i}", caches.index(i), x, ids_shape, allowed)
+        if arch.has_ffn(i):
+            x = _ffn(g, f"h.{i}", x)
     x = g.layer_norm(x, "ln_f", LAYER_NORM_EPS)
     g.op("Reshape", _output(g, arch, x), g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
     g.rename_last("logits")
@@ -128,20 +146,20 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     return graph, g.large
 
 
-def _cached_block(g: GraphBuilder, d: int, n_head: int, i: int, x: str, ids_shape: str, allowed: str) -> str:
-    prefix, d_head = f"h.{i}", d // n_head
+def _cached_attention(g: GraphBuilder, d: int, n_head: int, prefix: str, cache: int, x: str, ids_shape: str,
+                      allowed: str) -> str:
+    """``x + attn(ln_1(x))`` for the new tokens, after cache number ``cache``, which it extends."""
+    d_head = d // n_head
     a = g.layer_norm(x, f"{prefix}.ln_1", LAYER_NORM_EPS)
     q, k, v = g.op("Split", g.linear(a, f"{prefix}.attn.c_attn"), g.const([d, d, d]), axis=1, n_out=3)
     heads_shape = g.op("Concat", ids_shape, g.const([n_head, d_head]), axis=0)  # [B, T, h, dh]
     q, k, v = (g.op("Transpose", g.op("Reshape", t, heads_shape), perm=[0, 2, 1, 3]) for t in (q, k, v))
-    g.op("Concat", f"past_key_values.{i}.key", k, axis=2)  # [B, h, P + T, dh]
-    k = g.rename_last(f"present.{i}.key")
-    g.op("Concat", f"past_key_values.{i}.value", v, axis=2)
-    v = g.rename_last(f"present.{i}.value")
+    g.op("Concat", PAST.format(i=cache, kind="key"), k, axis=2)  # [B, h, P + T, dh]
+    k = g.rename_last(PRESENT.format(i=cache, kind="key"))
+    g.op("Concat", PAST.format(i=cache, kind="value"), v, axis=2)
+    v = g.rename_last(PRESENT.format(i=cache, kind="value"))
     scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])),
                   g.const(1 / math.sqrt(d_head), np.float32))
     scores = g.op("Where", allowed, scores, g.const(MASKED_SCORE, np.float32))  # finite: no NaN for padding
     y = g.op("Transpose", g.op("MatMul", g.op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
-    x = g.op("Add", x, g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj"))
-    m = g.linear(g.layer_norm(x, f"{prefix}.ln_2", LAYER_NORM_EPS), f"{prefix}.mlp.c_fc")
-    return g.op("Add", x, g.linear(g.gelu(m), f"{prefix}.mlp.c_proj"))
+    return g.op("Add", x, g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj"))

@@ -1,8 +1,9 @@
-"""GPT-2 decoder with per-layer heads and FFN width: the reference model for every candidate.
+"""GPT-2 decoder with per-layer heads, FFN width and block type: the reference model for every candidate.
 
 Pre-LayerNorm blocks, causal self-attention and a GELU MLP, all with biases; learned positions;
 a final LayerNorm; an output layer tied to the token embedding, or the tied adaptive softmax when
-the architecture uses adaptive input embeddings. Written to be read top to bottom, after nanoGPT.
+the architecture uses adaptive input embeddings. PAR layers (``arch.block_types``) keep only their
+attention or only their MLP. Written to be read top to bottom, after nanoGPT.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltsedge.architecture import Architecture
+from ltsedge.architecture import STANDARD_BLOCK, Architecture
 from ltsedge.backbones.adaptive.model import AdaptiveEmbedding, AdaptiveLogits
 
 LAYER_NORM_EPS = 1e-5
@@ -61,18 +62,27 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int, n_head: int, d_inner: int):
+    """Pre-LayerNorm attention then MLP, each added to the residual stream. A PAR layer has only one of
+    the two: ``block_type`` "ffn" has no attention (and no ``ln_1``, no cache), "attn" no MLP (no ``ln_2``).
+    Absent sub-blocks are None, so their parameters do not exist and the state-dict names stay GPT-2's."""
+
+    def __init__(self, d_model: int, n_head: int, d_inner: int, block_type: str = STANDARD_BLOCK):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
-        self.attn = CausalSelfAttention(d_model, n_head)
-        self.ln_2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
-        self.mlp = MLP(d_model, d_inner)
+        attention, ffn = block_type != "ffn", block_type != "attn"
+        self.ln_1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if attention else None
+        self.attn = CausalSelfAttention(d_model, n_head) if attention else None
+        self.ln_2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if ffn else None
+        self.mlp = MLP(d_model, d_inner) if ffn else None
 
     def forward(self, x: torch.Tensor, past: KeyValue | None = None, mask: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, KeyValue]:
-        a, present = self.attn(self.ln_1(x), past, mask)
-        x = x + a
-        return x + self.mlp(self.ln_2(x)), present
+                ) -> tuple[torch.Tensor, KeyValue | None]:
+        present = None  # an FFN-only layer keeps no cache
+        if self.attn is not None:
+            a, present = self.attn(self.ln_1(x), past, mask)
+            x = x + a
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x, present
 
 
 class GPT2(nn.Module):
@@ -89,7 +99,8 @@ class GPT2(nn.Module):
         d = arch.d_model
         self.wte = AdaptiveEmbedding(arch) if arch.adaptive else nn.Embedding(arch.vocab_size, d)
         self.wpe = nn.Embedding(arch.n_positions, d)
-        self.h = nn.ModuleList(Block(d, nh, di) for nh, di in zip(arch.n_head, arch.d_inner))
+        self.h = nn.ModuleList(Block(d, arch.n_head[i], arch.d_inner[i], arch.block_type(i))
+                               for i in range(arch.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=LAYER_NORM_EPS)
         self.lm_head = AdaptiveLogits(arch, self.wte) if arch.adaptive else None
 
@@ -104,19 +115,23 @@ class GPT2(nn.Module):
     def forward_with_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                            past: list[KeyValue] | None = None) -> tuple[torch.Tensor, list[KeyValue]]:
         """One step of generation (the ``generate`` export variant): new tokens ``input_ids [B, T]`` at
-        ``position_ids [B, T]``, after the cached ``past`` (per layer, keys and values ``[B, h, P, C/h]``);
+        ``position_ids [B, T]``, after the cached ``past`` (per attention layer, keys and values
+        ``[B, h, P, C/h]``);
         ``attention_mask [B, P + T]`` is 0 at padding. Returns the logits and the cache of all P + T tokens.
         ``past=None`` is the prefill; with a cache of P tokens it computes the same logits as a prefill
-        of all P + T tokens would for the last T (the tests check it)."""
+        of all P + T tokens would for the last T (the tests check it). Cache k belongs to the k-th layer
+        with attention (``kv_cache.cache_layers``); a model without attention has none."""
         T = input_ids.size(1)
-        P = 0 if past is None else past[0][0].size(2)
+        P = attention_mask.size(1) - T
         x = self.wte(input_ids) + self.wpe(position_ids)
         causal = torch.arange(P + T, device=x.device)[None, :] <= torch.arange(P, P + T, device=x.device)[:, None]
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]  # [B, 1, T, P + T]
         presents = []
-        for i, block in enumerate(self.h):
-            x, present = block(x, None if past is None else past[i], mask)
-            presents.append(present)
+        for block in self.h:
+            layer_past = past[len(presents)] if past and block.attn is not None else None
+            x, present = block(x, layer_past, mask)
+            if present is not None:
+                presents.append(present)
         return self.logits(x), presents
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,256 @@
+"""Transformer-XL: the proxy reproduces the study's figures and counts the modules; the ONNX graph equals
+the PyTorch reference (forward, and generate with the recurrence memory carried over several segments,
+truncated to mem_len), with and without adaptive embeddings and PAR block types; greedy generation in
+onnxruntime equals a PyTorch loop; the exported model is measured like any other."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from ltsedge.architecture import Architecture
+from ltsedge.backbones import get_backbone
+from ltsedge.backbones.transfo_xl.mems import mem_layers, mems_bytes
+from ltsedge.backbones.transfo_xl.model import TransfoXL, causal_mask, rel_shift
+from ltsedge.devices import load_profile
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters import export_model, weight_seed
+from ltsedge.generation import greedy
+from ltsedge.profiling import profile_model
+from ltsedge.proxy import count_params
+
+CPU = ["CPUExecutionProvider"]
+TOL = 1e-3
+BACKBONE = get_backbone("transfo_xl")
+
+
+def txl(**fields) -> Architecture:
+    base = dict(backbone="transfo_xl", n_layer=2, d_model=32, n_head=[2, 4], d_inner=[48, 40], vocab_size=90,
+                mem_len=6)
+    return Architecture(**{**base, **fields})
+
+
+ARCHS = {  # mem_len 6 < the 13 tokens of SEGMENTS: the memory is truncated
+    "plain": txl(),
+    "adaptive_div2": txl(d_model=48, n_head=[3, 2], d_embed=32, div_val=2, cutoffs=[30, 60], vocab_size=97),
+    "adaptive_div1": txl(n_layer=3, n_head=[1, 2, 8], d_inner=[16, 64, 24], d_embed=16),
+    "block_types": txl(n_layer=4, n_head=[2, 4, 1, 2], d_inner=[40, 24, 56, 32], mem_len=4,
+                       block_types=["attn", "ffn", "attn_ffn", "ffn"], d_embed=24, div_val=2),
+}
+SEGMENTS = (5, 3, 1, 4)
+
+
+# --- the proxy ---------------------------------------------------------------------------------------
+def counted_by_torch(arch: Architecture) -> tuple[int, int]:
+    """(decoder, total) parameters of the PyTorch module, built on the meta device (no memory)."""
+    model = BACKBONE.empty_model(arch)
+    decoder = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[0] in model.DECODER_MODULES)
+    return decoder, sum(p.numel() for p in model.parameters())
+
+
+def test_the_studys_transformer_xl_figures():
+    small = txl(n_layer=2, d_model=512, n_head=[2, 2], d_inner=[1216, 1280], vocab_size=267735)
+    larger = txl(n_layer=3, d_model=320, n_head=[2, 4, 2], d_inner=[1472, 2368, 3392], vocab_size=267735)
+    assert count_params(small).decoder_params == 5_187_008  # the study's 5.2 M
+    assert count_params(larger).decoder_params == 6_178_432  # 6.2 M
+    for arch in (small, larger):
+        assert counted_by_torch(arch) == (count_params(arch).decoder_params, count_params(arch).total_params)
+
+
+def random_archs(n: int, seed: int) -> list[Architecture]:
+    """Random heterogeneous architectures, large ones included (meta device: free), half adaptive, half
+    with block types."""
+    rng = random.Random(seed)
+    archs = []
+    for _ in range(n):
+        d_model, n_layer = 2 * rng.randint(4, 512), rng.randint(1, 8)
+        heads = [h for h in (1, 2, 3, 4, 6, 8, 16) if d_model % h == 0]
+        vocab = rng.randint(100, 60000)
+        adaptive = rng.random() < 0.5
+        archs.append(txl(
+            n_layer=n_layer, d_model=d_model, vocab_size=vocab,
+            n_head=[rng.choice(heads) for _ in range(n_layer)],
+            d_inner=[rng.randint(1, 4096) for _ in range(n_layer)],
+            d_embed=rng.choice([16, 64, 128, d_model]) if adaptive else None,
+            div_val=rng.choice([1, 2, 4]) if adaptive else 1,
+            block_types=[rng.choice(["attn_ffn", "ffn", "attn"]) for _ in range(n_layer)] if rng.random() < 0.5 else [],
+        ))
+    return archs
+
+
+def test_proxy_equals_the_module_counts_on_300_random_architectures():
+    archs = random_archs(300, seed=5)
+    assert sum(a.adaptive for a in archs) > 100 and sum(bool(a.block_types) for a in archs) > 100
+    for arch in archs:
+        counts = count_params(arch)
+        assert (counts.decoder_params, counts.total_params) == counted_by_torch(arch), arch.to_json()
+
+
+def test_backbone_settings():
+    assert BACKBONE.default_space() == {} and BACKBONE.max_sequence(None) is None
+    assert BACKBONE.baseline().to_dict() == {"d_model": 512, "d_inner": 2048, "n_head": 8, "layers": list(range(1, 17))}
+    assert BACKBONE.genai_compatible is False and BACKBONE.supports_block_types
+    assert txl(mem_len=None).mem_len == 192
+    with pytest.raises(LtsedgeError, match="even d_model"):
+        txl(d_model=33, n_head=[3, 1])
+    arch = ARCHS["block_types"]
+    assert mem_layers(arch) == (0, 2) and mems_bytes(arch, 2, 100) == 2 * 4 * 32 * 2 * 4
+
+
+# --- the reference model -----------------------------------------------------------------------------
+def test_rel_shift_puts_every_visible_key_at_its_distance():
+    T, M = 4, 3
+    K = M + T
+    rows = torch.arange(K, dtype=torch.float32).expand(1, 1, T, K)  # entry = the pos_emb row it scores
+    shifted = rel_shift(rows)[0, 0]
+    for i in range(T):
+        for j in range(M + i + 1):
+            assert shifted[i, j] == K - 1 - (M + i - j)
+    assert causal_mask(T, M).sum() == sum(M + i + 1 for i in range(T))
+
+
+def test_segments_with_a_long_enough_memory_equal_one_pass():
+    """Recurrence with nothing truncated = attention over the whole sequence at once."""
+    arch = txl(n_layer=3, n_head=[2, 4, 1], d_inner=[48, 40, 24], mem_len=64, block_types=["attn", "ffn", "attn_ffn"])
+    model = randomize(BACKBONE.build_model(arch))
+    ids = torch.from_numpy(np.random.default_rng(1).integers(0, arch.vocab_size, (2, sum(SEGMENTS))))
+    with torch.no_grad():
+        whole = model(ids)
+        mems, start = None, 0
+        for length in SEGMENTS:
+            logits, mems = model.forward_with_mems(ids[:, start : start + length], mems)
+            torch.testing.assert_close(logits, whole[:, start : start + length], atol=1e-4, rtol=1e-4)
+            start += length
+
+
+# --- ONNX --------------------------------------------------------------------------------------------
+def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Weights larger than the init (std 0.02 makes nearly flat logits, where a greedy choice would hinge
+    on rounding), biases and LayerNorms random too, so no term of the graph can hide."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
+    return model
+
+
+def exported(arch: Architecture, variant: str, seed: int = 0, target_ort: str | None = None):
+    model = randomize(BACKBONE.build_model(arch), seed)
+    exported_model = export_model(arch, variant=variant, weights=model.state_dict(), target_ort=target_ort)
+    onnx.checker.check_model(onnx.load_from_string(exported_model.to_bytes()), full_check=True)
+    return ort.InferenceSession(exported_model.to_bytes(), providers=CPU), model
+
+
+@pytest.mark.parametrize("target_ort", [None, "1.14"])  # the local runtime's opset, and the oldest (18)
+@pytest.mark.parametrize("name", ARCHS)
+def test_forward_export_equals_pytorch(name, target_ort):
+    arch = ARCHS[name]
+    session, model = exported(arch, "forward", target_ort=target_ort)
+    rng = np.random.default_rng(0)
+    for batch, seq in [(1, 1), (2, 5), (1, 13), (2, 19)]:
+        ids = rng.integers(0, arch.vocab_size, (batch, seq))
+        (logits,) = session.run(["logits"], {"input_ids": ids})
+        with torch.no_grad():
+            expected = model(torch.from_numpy(ids)).numpy()
+        assert logits.shape == (batch, seq, arch.vocab_size)
+        assert np.abs(logits - expected).max() <= TOL
+
+
+def test_exported_shared_weights_equal_the_reference_model():
+    """export_model's own weights (shared buffer) and serializer, end to end, both variants."""
+    arch = ARCHS["adaptive_div2"]
+    model = BACKBONE.build_model(arch, seed=weight_seed(arch), shared_weights=True)
+    ids = np.random.default_rng(2).integers(0, arch.vocab_size, (2, 9))
+    with torch.no_grad():
+        expected, new_mems = model.forward_with_mems(torch.from_numpy(ids))
+    forward = ort.InferenceSession(export_model(arch).to_bytes(), providers=CPU)
+    assert np.abs(forward.run(["logits"], {"input_ids": ids})[0] - expected.numpy()).max() <= TOL
+    generate = ort.InferenceSession(export_model(arch, variant="generate").to_bytes(), providers=CPU)
+    empty = {f"mems.{k}": np.zeros((2, 0, arch.d_model), np.float32) for k in range(len(mem_layers(arch)))}
+    out = generate.run(None, {"input_ids": ids, **empty})
+    assert np.abs(out[0] - expected.numpy()).max() <= TOL
+    assert all(np.abs(got - want.numpy()).max() <= TOL for got, want in zip(out[1:], new_mems))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("name", ARCHS)
+def test_generate_export_carries_the_memory_like_pytorch(name, batch):
+    arch = ARCHS[name]
+    session, model = exported(arch, "generate")
+    n_mems = len(mem_layers(arch))
+    ids = np.random.default_rng(3).integers(0, arch.vocab_size, (batch, sum(SEGMENTS)))
+    ort_mems = [np.zeros((batch, 0, arch.d_model), np.float32)] * n_mems
+    torch_mems, start, worst = None, 0, 0.0
+    for length in SEGMENTS:
+        segment = ids[:, start : start + length]
+        feeds = {"input_ids": segment, **{f"mems.{k}": m for k, m in enumerate(ort_mems)}}
+        logits, *ort_mems = session.run(None, feeds)
+        with torch.no_grad():
+            expected, torch_mems = model.forward_with_mems(torch.from_numpy(segment), torch_mems)
+        start += length
+        assert [m.shape for m in ort_mems] == [(batch, min(start, arch.mem_len), arch.d_model)] * n_mems
+        worst = max(worst, np.abs(logits - expected.numpy()).max(),
+                    *(np.abs(got - want.numpy()).max() for got, want in zip(ort_mems, torch_mems)))
+    assert worst <= TOL
+
+
+def test_an_ffn_only_layer_has_no_attention_and_no_memory():
+    arch = txl(n_layer=3, n_head=[2, 4, 2], d_inner=[48, 40, 32], block_types=["ffn", "attn_ffn", "ffn"])
+    spec = BACKBONE.export_spec(arch, "generate")
+    assert [t.name for t in spec.input("past")] == ["mems.0"]
+    assert [t.name for t in spec.output("present")] == ["new_mems.0"]
+    assert spec.input("past")[0].dims == ("batch", "past_sequence", 32)
+    model = BACKBONE.empty_model(arch)
+    assert model.layers[0].dec_attn is None and model.layers[1].dec_attn is not None
+    for variant in ("forward", "generate"):
+        proto = onnx.load_from_string(export_model(arch, variant=variant).to_bytes())
+        assert [n.op_type for n in proto.graph.node].count("Softmax") == 1
+        names = {t.name for t in proto.graph.initializer}
+        assert not any(n.startswith(("layers.0.dec_attn", "layers.2.dec_attn")) for n in names)
+        assert any(n.startswith("layers.1.dec_attn") for n in names)
+    assert [i.name for i in proto.graph.input] == ["input_ids", "mems.0"]
+
+
+def reference_greedy(model: TransfoXL, prompt: np.ndarray, n_new: int):
+    """The PyTorch loop: the prompt after an empty memory, then one token at a time after the memory."""
+    batch, n_mems = prompt.shape[0], len(mem_layers(model.arch))
+    ids, mems = torch.from_numpy(prompt), [torch.zeros(batch, 0, model.arch.d_model)] * n_mems
+    tokens, logits = [], []
+    with torch.no_grad():
+        for _ in range(n_new):
+            out, mems = model.forward_with_mems(ids, mems)
+            logits.append(out[:, -1].numpy())
+            ids = out[:, -1].argmax(-1, keepdim=True)
+            tokens.append(ids[:, 0].numpy())
+    return np.stack(tokens, 1), logits
+
+
+@pytest.mark.parametrize("name", ["plain", "adaptive_div2", "block_types", "ffn_only"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_greedy_generation_equals_the_pytorch_loop(name, batch):
+    arch = ARCHS.get(name) or txl(block_types=["ffn", "ffn"])  # no attention at all: no memory
+    session, model = exported(arch, "generate", seed=4)
+    prompt = np.random.default_rng(5).integers(0, arch.vocab_size, (batch, 7))
+    got = greedy(session, prompt, 10)
+    want_tokens, want_logits = reference_greedy(model, prompt, 10)
+    np.testing.assert_array_equal(got.tokens, want_tokens)
+    assert max(np.abs(a - b).max() for a, b in zip(got.logits, want_logits)) <= TOL
+
+
+@pytest.mark.parametrize("variant", ["forward", "generate"])
+def test_profile_through_the_registry(variant, tmp_path):
+    arch = ARCHS["block_types"]
+    arch_file = tmp_path / "txl.json"
+    arch_file.write_text(arch.to_json())
+    profile = load_profile("cpu").replace(sequence=8, context=8, warmup=1, min_runs=3, max_runs=5, max_seconds=1.0,
+                                          tolerance=0.5, drift_check_every=0)
+    result = profile_model(arch_file, profile, store_path=tmp_path / "store.sqlite", variant=variant)
+    assert result["ok"] and result["latency_ms"] > 0 and result["variant"] == variant
+    assert result["decoder_params"] == count_params(arch).decoder_params
+    if variant == "generate":
+        assert result["kv_cache_mb"] > 0 and result["prefill_latency_ms"] > 0
