@@ -54,6 +54,9 @@ class Backbone:
     supports_adaptive: bool = True  # adaptive input embeddings / softmax (d_embed, div_val)
     learned_positions: bool = True  # a position table of n_positions rows bounds past + sequence
     genai_compatible: bool = True  # its generate variant is a KV-cache decoder onnxruntime-genai can run
+    # Names a trained checkpoint may carry for a tensor tied to another (alias -> the reference's name):
+    # accepted by --weights when equal to it.
+    tied_aliases: dict[str, str] = {}
 
     # --- the architecture ------------------------------------------------------------------------
     def validate(self, arch: Architecture) -> None:
@@ -108,3 +111,59 @@ class Backbone:
 
     def __repr__(self) -> str:
         return f"<backbone {self.name}>"
+
+
+class PackageBackbone(Backbone):
+    """A backbone laid out as a package: ``params.py`` (``decoder_params``, ``embedding_params``),
+    ``model.py`` (the reference class named by ``model_class``), ``graph.py`` (``build_graph`` and, with
+    a generate variant, ``build_generate_graph``). The built-in backbones are; the modules are imported
+    only when used, so counting parameters never imports torch."""
+
+    model_class: str = ""
+
+    @property
+    def package(self) -> str:
+        return type(self).__module__
+
+    def _module(self, name: str):
+        from importlib import import_module
+
+        return import_module(f"{self.package}.{name}")
+
+    def decoder_params(self, arch: Architecture) -> int:
+        return self._module("params").decoder_params(arch)
+
+    def embedding_params(self, arch: Architecture) -> int:
+        return self._module("params").embedding_params(arch)
+
+    def empty_model(self, arch: Architecture):
+        import torch
+
+        with torch.device("meta"):
+            return getattr(self._module("model"), self.model_class)(arch)
+
+    def export_spec(self, arch: Architecture, variant: str) -> ExportSpec:
+        self.check_variant(variant)
+        return self.generate_spec(arch) if variant == "generate" else forward_spec(arch)
+
+    def generate_spec(self, arch: Architecture) -> ExportSpec:
+        """The generate variant's inputs and outputs (a KV cache for most backbones)."""
+        from ltsedge.backbones.kv_cache import generate_spec
+
+        return generate_spec(arch)
+
+    def build_graph(self, arch, weights, opset: int, variant: str):
+        graph = self._module("graph")
+        build = graph.build_generate_graph if variant == "generate" else graph.build_graph
+        return build(arch, weights, opset, self.export_spec(arch, variant))
+
+
+def forward_spec(arch: Architecture) -> ExportSpec:
+    """The forward variant every backbone shares: ``input_ids [batch, sequence] -> logits``."""
+    from ltsedge.iospec import ExportSpec, TensorSpec
+
+    return ExportSpec(
+        "forward",
+        inputs=(TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),),
+        outputs=(TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits"),),
+    )

@@ -128,7 +128,7 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     if weights is not None:
         from ltsedge.exporters.weights import checked_weights
 
-        arrays = checked_weights(weights, backbone.empty_model(arch), weights_source)
+        arrays = checked_weights(weights, backbone.empty_model(arch), weights_source, backbone.tied_aliases)
     else:
         model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
         arrays = {name: t.detach().numpy() for name, t in model.state_dict().items()}

@@ -19,7 +19,7 @@ from ltsedge.extras import require
 
 SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 WRAPPER_KEYS = ("model", "state_dict", "model_state_dict")
-PREFIXES = ("_orig_mod.", "module.")
+PREFIXES = ("_orig_mod.", "module.", "model.")  # torch.compile, DataParallel, Hugging Face's *ForCausalLM
 
 
 def load_state_dict(path: str | Path) -> dict:
@@ -66,10 +66,21 @@ def _unwrap(data, path: Path) -> dict:
     return out
 
 
-def checked_weights(state_dict: Mapping, reference, source: str) -> dict[str, np.ndarray]:
+def checked_weights(state_dict: Mapping, reference, source: str, tied_aliases: Mapping[str, str] | None = None
+                    ) -> dict[str, np.ndarray]:
     """``state_dict`` as float32 arrays, after checking names and shapes against ``reference`` (a model
-    on the meta device); the first offending tensor is the error."""
+    on the meta device); the first offending tensor is the error. ``tied_aliases`` (alias -> name) are
+    tied copies a checkpoint may carry: dropped when equal to the tensor they alias."""
     expected = reference.state_dict()
+    state_dict = dict(state_dict)
+    for alias, name in (tied_aliases or {}).items():
+        if alias in state_dict and name in state_dict and alias not in expected:
+            import torch
+
+            if not torch.equal(state_dict[alias], state_dict[name]):
+                raise LtsedgeError(f"{source}: tensor {alias!r} differs from {name!r}, which this architecture "
+                                   f"ties it to (the output layer reuses the token embedding)")
+            del state_dict[alias]
     for name, want in expected.items():
         if name not in state_dict:
             raise LtsedgeError(f"{source}: tensor {name!r} is missing (the architecture needs {list(want.shape)})")

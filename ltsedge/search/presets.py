@@ -73,7 +73,7 @@ PRESETS = {
     "opt": Preset(
         "opt", "the study's OPT-scale space (3-29 layers, d_model 512-1472) against OPT-350M's layer-scaled "
         "block, sequence 2048: models of 100 M-1 B parameters, hours per generation on a laptop CPU",
-        {}, 100, 30, None, {"sequence": 2048, "context": 2048}, backbone="opt",
+        {}, 100, 30, None, {"sequence": 2048, "context": 2047}, backbone="opt",
     ),
 }
 

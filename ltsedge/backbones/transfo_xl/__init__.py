@@ -7,17 +7,16 @@ ties them into the ``Backbone`` the registry hands out.
 
 from __future__ import annotations
 
-from ltsedge.backbones.base import Backbone, BaselineSpec
-from ltsedge.backbones.transfo_xl import params
+from ltsedge.backbones.base import BaselineSpec, PackageBackbone
 from ltsedge.backbones.transfo_xl.mems import generate_spec
 from ltsedge.errors import LtsedgeError
-from ltsedge.iospec import ExportSpec, TensorSpec
 
 
-class TransfoXLBackbone(Backbone):
+class TransfoXLBackbone(PackageBackbone):
     name = "transfo_xl"
     description = "Transformer-XL: post-LayerNorm blocks, relative multi-head attention, recurrence memory"
     variants = ("forward", "generate")
+    model_class = "TransfoXL"
     default_mem_len = 192
     supports_block_types = True
     # onnxruntime-genai runs KV caches (past_key_values / present), not a recurrence memory.
@@ -30,35 +29,8 @@ class TransfoXLBackbone(Backbone):
             raise LtsedgeError(f"architecture field 'd_model' = {arch.d_model} is invalid: Transformer-XL's "
                                f"sinusoidal position embedding needs an even d_model")
 
-    def decoder_params(self, arch) -> int:
-        return params.decoder_params(arch)
-
-    def embedding_params(self, arch) -> int:
-        return params.embedding_params(arch)
-
-    def empty_model(self, arch):
-        import torch
-
-        from ltsedge.backbones.transfo_xl.model import TransfoXL
-
-        with torch.device("meta"):
-            return TransfoXL(arch)
-
-    def export_spec(self, arch, variant: str) -> ExportSpec:
-        self.check_variant(variant)
-        if variant == "generate":
-            return generate_spec(arch)
-        return ExportSpec(
-            variant,
-            inputs=(TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),),
-            outputs=(TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits"),),
-        )
-
-    def build_graph(self, arch, weights, opset: int, variant: str):
-        from ltsedge.backbones.transfo_xl.graph import build_generate_graph, build_graph
-
-        build = build_generate_graph if variant == "generate" else build_graph
-        return build(arch, weights, opset, self.export_spec(arch, variant))
+    def generate_spec(self, arch):
+        return generate_spec(arch)  # the recurrence memory, not a KV cache
 
     def default_space(self) -> dict:
         return {}  # the study searched Transformer-XL over the same ranges as GPT-2
