@@ -23,8 +23,17 @@ from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model
 from ltsedge.runners.remote import RemoteRunner
 
-DEVICE = "name = \\"fleet\\"\\n[workload]\\nsequence = 16\\n[repeats]\\nwarmup = 1\\nmin_runs = 6\\nmax_runs = 9\\n" \\
-         "max_seconds = 1.0\\ntolerance = 0.1\\n"
+DEVICE = """\
+name = "fleet"
+[workload]
+sequence = 16
+[repeats]
+warmup = 1
+min_runs = 6
+max_runs = 9
+max_seconds = 1.0
+tolerance = 0.1
+"""
 
 
 def free_port() -> int:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import is_int
 
 DTYPES = ("int64", "int32", "float32", "float16")
 INPUT_ROLES = ("input_ids", "attention_mask", "position_ids", "past")
@@ -81,7 +82,7 @@ def _tensor(data: dict, roles: tuple[str, ...]) -> TensorSpec:
     dims = tuple(data["dims"])
     if data["dtype"] not in DTYPES or data["role"] not in roles:
         raise ValueError(f"tensor {data.get('name')!r}: dtype {data['dtype']!r} or role {data['role']!r} unknown")
-    if not all(isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool) and d >= 1) for d in dims):
+    if not all(isinstance(d, str) or (is_int(d) and d >= 1) for d in dims):
         raise ValueError(f"tensor {data.get('name')!r}: dims {list(dims)} must be axis names or positive integers")
     return TensorSpec(str(data["name"]), data["dtype"], dims, data["role"])
 

@@ -16,6 +16,8 @@ block type does not use (heads of an FFN-only layer, d_inner of an attention-onl
 first choice, so one model has one architecture. ``par_rules`` adds the PAR study's findings as a repair:
 attention only in the first two thirds of the layers, at most one attention layer per five layers
 (rounded up), at least one.
+
+(Over 300 lines for one reason: the encoding, the repair and the exact size count must change together.)
 """
 
 from __future__ import annotations

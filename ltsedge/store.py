@@ -7,6 +7,9 @@ stored too, so a candidate that crashes the runtime is not retried forever.
 
 Several processes may share one store: WAL journal, a busy timeout, and one statement per write.
 A corrupt or foreign file is reported, never deleted or recreated.
+
+(Over 300 lines for one reason: the schema, its migrations and the corrupt-file handling belong beside
+the queries they guard.)
 """
 
 from __future__ import annotations

@@ -21,13 +21,17 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def reject_unknown(what: str, given: Iterable[str], known: Iterable[str], *, sort_known: bool = True) -> None:
-    """Raise for the first name in ``given`` not in ``known``: "unknown <what> 'x' (allowed: a, b)"."""
+def reject_unknown(what: str, given: Iterable[str], known: Iterable[str], *, sort_known: bool = True,
+                   where: str = "", place: str = "", allowed: str | None = None) -> None:
+    """Raise for the first name in ``given`` not in ``known``:
+    "<where>: unknown <what> 'x' <place> (allowed: a, b)" (``allowed`` replaces the listed names)."""
     known = list(known)
-    unknown = sorted(set(given) - set(known))
+    unknown = [name for name in given if name not in known]
     if unknown:
-        allowed = sorted(known) if sort_known else known
-        raise LtsedgeError(f"unknown {what} {unknown[0]!r} (allowed: {', '.join(allowed)})")
+        first = unknown[0] if not sort_known else sorted(unknown)[0]
+        allowed = allowed or ", ".join(sorted(known) if sort_known else known)
+        prefix, place = (f"{where}: " if where else ""), (f" {place}" if place else "")
+        raise LtsedgeError(f"{prefix}unknown {what} {first!r}{place} (allowed: {allowed})")
 
 
 def parse_dims(text: Any) -> list[int]:

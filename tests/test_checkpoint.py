@@ -92,3 +92,22 @@ def test_candidate_log_names_its_run_and_refuses_another(tmp_path):
     log.path.write_text('{"id": "from an older ltsedge, no header"}\n')
     with pytest.raises(LtsedgeError, match="not a candidate log"):
         log.records()
+
+
+def test_the_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """fsync of the new file, then the rename, then fsync of the directory: a power cut leaves the old
+    checkpoint or the whole new one, never an empty file under its name."""
+    import os
+    from pathlib import Path
+
+    events = []
+    real_fsync, real_replace = os.fsync, Path.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(Path, "replace", lambda self, target: (events.append(("rename", Path(target).name)),
+                                                               real_replace(self, target))[1])
+    algorithm = fresh_algorithm()
+    generation(algorithm)
+    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))
+    assert events == [("fsync", False), ("rename", "checkpoint.json"), ("fsync", True)]
+    assert load_checkpoint(tmp_path, "run-a", fresh_algorithm()).generation == 1

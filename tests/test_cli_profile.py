@@ -159,3 +159,24 @@ def test_the_measuring_worker_never_imports_from_the_working_directory(tmp_path,
                            "--store", tmp_path / "s.sqlite"], capture_output=True, text=True, cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] and not marker.exists()
+
+
+GENERATE_DEVICE = FAST_DEVICE.replace("sequence = 16", "sequence = 16\ncontext = 24")
+
+
+def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tmp_path, arch_file):
+    device = tmp_path / "gen.toml"
+    device.write_text(GENERATE_DEVICE)
+    proc = run("profile", arch_file(), "--variant", "generate", "--device", device, "--json",
+               "--store", tmp_path / "s.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["variant"] == "generate" and r["workload"] == "decode"
+    assert r["prefill_latency_ms"] > 0 and r["decode_latency_ms"] > 0
+    assert r["latency_ms"] == r["decode_latency_ms"]  # a generator's latency is its time per token
+    # The cache at the profile's context: keys and values of both layers, 24 tokens x d_model 64, fp32.
+    assert r["kv_cache_mb"] == pytest.approx(2 * 2 * 24 * 64 * 4 / 2**20)
+    # A decode step of this tiny model is far below the timer's useful resolution: steps are timed in
+    # batches inside the worker, not one round trip each.
+    assert r["workloads"]["decode"]["runs_per_sample"] > 1
+    assert r["peak_memory_mb"] > r["kv_cache_mb"]

@@ -14,6 +14,7 @@ from onnx import helper, numpy_helper
 
 import ltsedge
 from ltsedge.backbones import get_backbone
+from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of, export_model, read_metadata, weight_seed
 from ltsedge.ortcompat import local_target
 from ltsedge.proxy import count_params
@@ -185,3 +186,26 @@ def test_external_data_file_loads_and_equals_the_inline_model(tmp_path):
     for t in exported.spec.input("past"):
         feeds[t.name] = np.zeros([1, t.dims[1], 0, t.dims[3]], np.float32)
     np.testing.assert_array_equal(inline.run(["logits"], feeds)[0], external.run(["logits"], feeds)[0])
+
+
+def test_a_model_over_protobufs_limit_goes_to_external_data_by_itself(tmp_path, monkeypatch):
+    """Above 2 GB the weights move to ``model.onnx.data`` without being asked (the limit lowered here so
+    a tiny model crosses it); the bundle then loads and generates as the inline one does."""
+    import ltsedge.exporters as exporters
+    from ltsedge.exporters.bundle import write_bundle
+    from ltsedge.generation import greedy
+
+    arch = tiny_arch()
+    inline = export_model(arch, variant="generate")
+    inline_bytes = inline.to_bytes()
+    monkeypatch.setattr(exporters, "PROTOBUF_LIMIT", inline.nbytes // 2)
+    exported = export_model(arch, variant="generate")
+    assert exported.needs_external_data()
+    with pytest.raises(LtsedgeError, match="over protobuf's 2 GB"):
+        exported.to_bytes()
+    files = write_bundle(exported, tmp_path / "bundle")
+    assert {"model.onnx", "model.onnx.data"} <= set(files)
+    prompt = np.array([[3, 1, 4, 1, 5]])
+    big = greedy(ort.InferenceSession(str(tmp_path / "bundle" / "model.onnx"), providers=CPU), prompt, 4)
+    small = greedy(ort.InferenceSession(inline_bytes, providers=CPU), prompt, 4)
+    np.testing.assert_array_equal(big.tokens, small.tokens)

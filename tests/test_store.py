@@ -393,3 +393,16 @@ def test_a_store_in_a_missing_directory_is_refused_but_the_default_cache_is_crea
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with MeasurementStore() as s:  # the default location is ltsedge's to create
         assert s.path == tmp_path / "cache" / "ltsedge" / "measurements.sqlite" and s.path.exists()
+
+
+def test_each_export_variant_has_its_own_key():
+    """A generate model's figures are never served for the forward model of the same architecture."""
+    from ltsedge.keys import candidate_model_key
+    from ltsedge.ortcompat import target_for
+    from tests.conftest import tiny_arch
+
+    arch, target = tiny_arch(), target_for(None)
+    forward = candidate_model_key(arch, target)
+    assert forward == candidate_model_key(arch, target, "forward")
+    assert candidate_model_key(arch, target, "generate") != forward
+    assert "variant" not in forward  # forward keys are the ones stored before variants existed

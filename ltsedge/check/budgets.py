@@ -34,7 +34,7 @@ from typing import Any
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
-from ltsedge.validate import is_number, parse_dims, toml_repr
+from ltsedge.validate import is_number, parse_dims, reject_unknown, toml_repr
 
 # Budget key -> the metric it bounds.
 BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory", "max_prefill_ms": "prefill",
@@ -122,9 +122,7 @@ def load_budgets(path: str | Path) -> BudgetsFile:
     path = Path(path)
     where = f"budgets file {path}"
     data = read_toml(path, "budgets file")
-    for key in data:
-        if key != "model":
-            raise LtsedgeError(f"{where}: unknown key {key!r} at the top level (allowed: [[model]] tables)")
+    reject_unknown("key", data, ["model"], where=where, place="at the top level", allowed="[[model]] tables")
     models = data.get("model", [])
     if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
         raise LtsedgeError(f"{where}: 'model' must be an array of tables, written [[model]]")
@@ -144,9 +142,7 @@ def load_budgets(path: str | Path) -> BudgetsFile:
 
 
 def _model_entry(raw: dict[str, Any], where: str, base: Path) -> ModelEntry:
-    for key in raw:
-        if key not in MODEL_KEYS:
-            raise LtsedgeError(f"{where}: unknown key {key!r} (allowed: {', '.join(MODEL_KEYS)})")
+    reject_unknown("key", raw, MODEL_KEYS, sort_known=False, where=where)
     given = raw.get("path")
     if not isinstance(given, str) or not given.strip():
         raise LtsedgeError(f"{where}: path = {toml_repr(given)}: expected the model file's path as a string"
@@ -162,10 +158,8 @@ def _model_entry(raw: dict[str, Any], where: str, base: Path) -> ModelEntry:
             raise LtsedgeError(f"{where}: budgets.{device} = {toml_repr(table)} must be a table "
                                f"[model.budgets.{device}] with {' and/or '.join(BUDGET_KEYS)}")
         budgets[device] = {}
+        reject_unknown("key", table, BUDGET_KEYS, sort_known=False, where=where, place=f"in [model.budgets.{device}]")
         for key, value in table.items():
-            if key not in BUDGET_KEYS:
-                raise LtsedgeError(f"{where}: unknown key {key!r} in [model.budgets.{device}] "
-                                   f"(allowed: {', '.join(BUDGET_KEYS)})")
             budgets[device][key] = positive(value, f"{where}: budgets.{device}.{key}")
     path = Path(given).expanduser()
     return ModelEntry(path=(base / path).resolve(), given=given, shapes=shapes, budgets=budgets)

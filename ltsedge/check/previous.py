@@ -25,6 +25,7 @@ from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import is_number
 from ltsedge.files import read_text
 
 # Profile settings that change what is measured (the repeat policy only changes how precisely).
@@ -162,8 +163,7 @@ def _entry(raw: Any, where: str, fingerprint: dict, *, shapes_known: bool) -> Pr
     values = {}
     for key in ("latency_ms", "peak_memory_mb"):
         value = raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
+        if value is not None and (not is_number(value) or not math.isfinite(value) or value < 0):
             raise LtsedgeError(f"{where}: {key} = {json.dumps(value)} must be a non-negative number or null")
         values[key] = float(value) if value is not None else None
     optional = {}

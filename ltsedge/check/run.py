@@ -23,6 +23,7 @@ from ltsedge.check.verdict import Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
+from ltsedge.validate import is_number
 from ltsedge.files import sha256_of
 from ltsedge.runners import Measurement, Runner, runner_factory
 from ltsedge.runners.inputs import resolve_shape
@@ -54,8 +55,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     log = log or _stderr
     started = time.monotonic()
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
-    if (isinstance(max_regression, bool) or not isinstance(max_regression, (int, float))
-            or not 0 <= max_regression < float("inf")):
+    if not is_number(max_regression) or not 0 <= max_regression < float("inf"):
         raise LtsedgeError(f"--max-regression {max_regression!r} must be a fraction >= 0 (0.10 = 10%)")
     budgets = load_budgets(budgets_file) if budgets_file is not None else None
     targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,

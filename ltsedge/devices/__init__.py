@@ -14,7 +14,7 @@ from typing import Any
 from ltsedge.devices.profile import DeviceProfile, check_type, strict
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
-from ltsedge.validate import toml_repr
+from ltsedge.validate import reject_unknown, toml_repr
 
 PROFILE_DIR = Path(__file__).parent
 
@@ -97,17 +97,15 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
     allowed = ", ".join([*TOP_LEVEL, *(f"[{t}]" for t in TABLES)])
     fields: dict[str, Any] = {}
     for key, value in data.items():
+        reject_unknown("key", [key], [*TOP_LEVEL, *TABLES], where=where, place="at the top level", allowed=allowed)
         if key in TOP_LEVEL:
             fields[key] = check_type(key, value, key, where)
-        elif key in TABLES:
-            if not isinstance(value, dict):
-                raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {toml_repr(value)}")
-            for sub, sub_value in value.items():
-                if sub not in TABLES[key]:
-                    raise LtsedgeError(f"{where}: unknown key {sub!r} in [{key}] (allowed: {', '.join(TABLES[key])})")
-                fields[sub] = check_type(sub, sub_value, f"[{key}] {sub}", where)
-        else:
-            raise LtsedgeError(f"{where}: unknown key {key!r} at the top level (allowed: {allowed})")
+            continue
+        if not isinstance(value, dict):
+            raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {toml_repr(value)}")
+        for sub, sub_value in value.items():
+            reject_unknown("key", [sub], TABLES[key], sort_known=False, where=where, place=f"in [{key}]")
+            fields[sub] = check_type(sub, sub_value, f"[{key}] {sub}", where)
     return fields
 
 

@@ -7,6 +7,7 @@ so the CPU is named from its implementer and part codes; the board comes from th
 
 Nothing here ever raises on a missing or odd /proc or /sys file: it falls back, or reports None.
 ``root`` is injectable so the tests read sample files from tests/data/.
+(Over 300 lines because of data: the ARM part-number table, and one small reader per /proc or /sys source.)
 """
 
 from __future__ import annotations

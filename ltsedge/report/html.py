@@ -135,8 +135,35 @@ def report_html(data: SearchData, link_prefix: str = "../") -> str:
     body.append("<h2>Frontier</h2>" + _frontier_table(data, field, link_prefix))
     if data.baseline:
         body.append("<h2>Against the layer-scaled baseline</h2>" + _baseline_table(data))
+    failed = [c for c in data.candidates if not c.ok]
+    if failed:
+        body.append(f"<h2>Failed candidates ({len(failed)})</h2>" + _failed_table(failed))
+    agents = sorted({c.agent for c in data.candidates if c.agent})
+    if agents:
+        body.append("<h2>Who measured what</h2>" + _agents_table(data, agents))
     body.append("<h2>Machine and settings</h2>" + _settings(data))
     return page(f"ltsedge report: {data.name}", body)
+
+
+FAILED_ROWS = 30  # the rest are in candidates.csv
+
+
+def _failed_table(failed) -> str:
+    rows = "".join(f"<tr><td>{html.escape(c.id)}</td><td>{c.generation}</td><td>{html.escape(c.error)}</td></tr>"
+                   for c in failed[:FAILED_ROWS])
+    more = f"<p class='muted'>and {len(failed) - FAILED_ROWS} more in candidates.csv</p>" if len(failed) > FAILED_ROWS else ""
+    return f"<table><tr><th>model</th><th>generation</th><th>why</th></tr>{rows}</table>{more}"
+
+
+def _agents_table(data: SearchData, agents: list[str]) -> str:
+    """A fleet's search: how many candidates (and frontier models) each board measured."""
+    front = {m["id"] for m in data.frontier}
+    rows = "".join(f"<tr><td>{html.escape(a)}</td><td>{sum(c.agent == a for c in data.candidates)}</td>"
+                   f"<td>{sum(c.agent == a and c.id in front for c in data.candidates)}</td></tr>" for a in agents)
+    local = sum(not c.agent for c in data.candidates)
+    if local:
+        rows += f"<tr><td>this machine</td><td>{local}</td><td>–</td></tr>"
+    return f"<table><tr><th>agent</th><th>candidates measured</th><th>on the frontier</th></tr>{rows}</table>"
 
 
 def compare_html(searches: list[SearchData], dominance: list[dict]) -> str:
@@ -163,16 +190,19 @@ def compare_html(searches: list[SearchData], dominance: list[dict]) -> str:
 
 
 def _frontier_table(data: SearchData, field: str, prefix: str) -> str:
+    by_agent = any((m.get("measurement") or {}).get("agent") for m in data.frontier)
     head = ("<table><tr><th>model</th><th>decoder params</th><th>" + html.escape(LATENCIES[field]) +
-            "</th><th>peak MB</th><th>layers × d_model</th></tr>")
+            "</th><th>peak MB</th><th>layers × d_model</th>" + ("<th>measured by</th>" if by_agent else "") + "</tr>")
     rows = []
     for m in data.frontier:
+        agent = f"<td>{html.escape(str((m.get('measurement') or {}).get('agent') or ''))}</td>" if by_agent else ""
         target = m.get("bundle") or m.get("onnx") or ""
         link = f"<a href='{html.escape(prefix + target)}'>{html.escape(m['id'])}</a>" if target else html.escape(m["id"])
         arch = m.get("architecture", {})
         value = m.get(field)
         rows.append(f"<tr><td>{link}</td><td>{m['decoder_params']:,}</td><td>{_num(value)}</td>"
-                    f"<td>{_num(m.get('peak_memory_mb'))}</td><td>{arch.get('n_layer')} × {arch.get('d_model')}</td></tr>")
+                    f"<td>{_num(m.get('peak_memory_mb'))}</td><td>{arch.get('n_layer')} × {arch.get('d_model')}</td>"
+                    f"{agent}</tr>")
     return head + "".join(rows) + "</table>"
 
 

@@ -10,7 +10,13 @@ drift guard: the board's figures are made exactly as a local search makes them.
 client. Models travel as their ONNX bytes. Each figure comes back with the agent that measured it
 and is handed to ``on_result`` as it arrives (the store keeps it at once). An agent that dies in the
 middle of a model: Dask runs the task again on another agent, and the figure is recorded once. The
-scheduler going away: a one-line error; the search resumes from its checkpoint when run again.
+scheduler going away: a one-line error; the search resumes from its checkpoint when run again. No
+answer at all for longer than a model may take (a hung or cut-off agent): the models still out are
+recorded as failures of the environment (never served from the store) and the search goes on.
+
+Every agent times against its own reference model, so its ratios are comparable across boards; its
+milliseconds are put on the search's one scale (the agents' median calibration) before anyone ranks
+them, as figures from the store are.
 
 Dask's ``distributed`` is needed on both sides (``pip install distributed``); nothing else of ltsedge
 runs on an agent while it times a model.
@@ -18,6 +24,7 @@ runs on an agent while it times a model.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -26,13 +33,14 @@ from typing import Any
 
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
-from ltsedge.errors import LtsedgeError
-from ltsedge.runners.measurement import Measurement
+from ltsedge.errors import LostConnection, LtsedgeError
+from ltsedge.runners.measurement import Measurement, rescaled
 from ltsedge.runners.policy import Calibration
 from ltsedge.runners.racing import Race
 
 SLOT = "ltsedge"  # one per agent: one measurement at a time
 MACHINE = "ltsedge-machine-"  # + fingerprint hash: which boards may serve a search
+ANSWER_SLACK_S = 60.0  # beyond the profile's per-model timeout: shipping, loading, the agent's calibration
 
 
 def _distributed():
@@ -132,6 +140,9 @@ class RemoteRunner:
                  log: Callable[[str], None] | None = None, timeout_s: float = 30.0, **_: Any):
         distributed = _distributed()
         self.profile, self.log = profile, log or (lambda m: None)
+        # Dask logs a lost connection with its tracebacks; the user gets ltsedge's one line instead.
+        for name in ["distributed", *[n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]]:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             self.client = distributed.Client(scheduler, timeout=timeout_s)
         except (OSError, TimeoutError) as e:
@@ -187,27 +198,65 @@ class RemoteRunner:
                 measure_on_agent, bytes(data), self.profile, shapes, race(i) if race else None,
                 resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))] = i
         results: list[Measurement | None] = [None] * len(models)
+        pending = set(futures)
         try:
-            for future in distributed.as_completed(list(futures)):
-                i = futures[future]
-                m = Measurement.from_dict(self._call(future.result))
-                results[i] = m
-                report(i, m)
+            while pending:
+                answered = self._call(lambda: self._first_answers(pending))
+                if answered is None:
+                    self._give_up(pending, futures, results, report)
+                    break
+                done, pending = answered
+                for future in done:
+                    i = futures[future]
+                    m = self._on_our_scale(Measurement.from_dict(self._call(future.result)))
+                    results[i] = m
+                    report(i, m)
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
         return results  # type: ignore[return-value]
 
+    def _first_answers(self, pending: set):
+        """(done, not done) as soon as one model is back; None when none is within the answer timeout."""
+        distributed = _distributed()
+        try:
+            return distributed.wait(pending, timeout=self.answer_timeout_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            if self.client.status != "running":
+                raise OSError("the client lost its scheduler") from None
+            return None
+
+    @property
+    def answer_timeout_s(self) -> float:
+        """How long without any result before the agents count as hung: one model's worst case."""
+        return self.profile.timeout_s + ANSWER_SLACK_S
+
+    def _give_up(self, pending, futures: dict, results: list, report) -> None:
+        self.log(f"no agent answered for {self.answer_timeout_s:.0f} s; {len(pending)} model(s) recorded as failed")
+        for future in pending:
+            future.cancel()
+            i = futures[future]
+            results[i] = Measurement.failure(f"no agent answered within {self.answer_timeout_s:.0f} s "
+                                             f"(a hung or unreachable agent)", "environment")
+            report(i, results[i])
+
+    def _on_our_scale(self, m: Measurement) -> Measurement:
+        """An agent's milliseconds through the search's calibration (its ratio is kept as measured)."""
+        if not m.ok or not m.calibration_ms:
+            return m
+        return Measurement.from_dict(rescaled(m.to_dict(), self.calibration.reference_ms))
+
     def _call(self, fn):
         try:
             return fn()
         except (OSError, TimeoutError) as e:
-            raise LtsedgeError(f"lost the scheduler ({e}); run the same command again to resume") from None
+            raise LostConnection(f"lost the scheduler ({e}); run the same command again to resume") from None
         except Exception as e:  # noqa: BLE001 - distributed's own errors: the scheduler or a task
-            if type(e).__name__ in ("CommClosedError", "CancelledError", "FutureCancelledError"):
-                raise LtsedgeError(f"lost the scheduler ({type(e).__name__}); run the same command again to "
-                                   f"resume") from None
+            if type(e).__name__ in ("CommClosedError", "CancelledError", "FutureCancelledError",
+                                    "FuturesCancelledError"):
+                raise LostConnection(f"lost the scheduler ({type(e).__name__}); run the same command again to "
+                                     f"resume") from None
             raise
 
     def close(self) -> None:

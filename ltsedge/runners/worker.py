@@ -3,6 +3,8 @@
 Run as ``python -m ltsedge.runners.worker`` by ``ltsedge.runners.process`` (the Runner never imports
 this module). It imports onnxruntime, numpy and psutil only (no torch, no onnx): it starts fast and
 its own memory stays small and flat, so the peak memory of a model is the model's.
+(Over 300 lines for that reason: the whole measuring process, which must import almost nothing of
+ltsedge, reads top to bottom in this one file.)
 
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.

@@ -15,11 +15,12 @@ if TYPE_CHECKING:
 
 FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "prefill_latency_ms",
                     "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",
-                    "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"]
+                    "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val",
+                    "block_types", "agent"]
 CANDIDATE_COLUMNS = ["id", "generation", "source", "ok", "feasible", "decoder_params", "total_params",
                      "latency_ms", "latency_p90_ms", "prefill_latency_ms", "decode_latency_ms", "peak_memory_mb",
                      "error", "violations", "n_layer", "d_model",
-                     "n_head", "d_inner", "d_embed", "div_val"]
+                     "n_head", "d_inner", "d_embed", "div_val", "block_types", "agent"]
 
 
 def versions() -> dict:
@@ -52,7 +53,8 @@ def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
 
 def _flat_arch(arch) -> dict:
     return {"n_layer": arch.n_layer, "d_model": arch.d_model, "n_head": " ".join(map(str, arch.n_head)),
-            "d_inner": " ".join(map(str, arch.d_inner)), "d_embed": arch.d_embed, "div_val": arch.div_val}
+            "d_inner": " ".join(map(str, arch.d_inner)), "d_embed": arch.d_embed, "div_val": arch.div_val,
+            "block_types": " ".join(arch.block_types)}
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
@@ -75,7 +77,8 @@ def write_outputs(result: SearchResult) -> None:
                                             "export": summary.get("export", {}),
                                             "objective": summary["settings"]["objective"], "models": entries})
     _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
-               [{**e, **_flat_arch(p.candidate.arch)} for e, p in zip(entries, result.frontier)])
+               [{**e, **_flat_arch(p.candidate.arch), "agent": e["measurement"].get("agent") or ""}
+                for e, p in zip(entries, result.frontier)])
     rows = []
     for c in sorted(result.candidates, key=lambda c: (c.generation, c.arch.id)):
         record = c.to_record(result.budgets)
@@ -83,7 +86,8 @@ def write_outputs(result: SearchResult) -> None:
         rows.append({**record, **_flat_arch(c.arch), "latency_ms": m.get("latency_ms"),
                      "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),
                      "prefill_latency_ms": m.get("prefill_latency_ms"), "decode_latency_ms": m.get("decode_latency_ms"),
-                     "error": m.get("error") or "", "violations": " ".join(record["violations"])})
+                     "error": m.get("error") or "", "violations": " ".join(record["violations"]),
+                     "agent": m.get("agent") or ""})
     _write_csv(out_dir / "candidates.csv", CANDIDATE_COLUMNS, rows)
     if comparison:
         _write_csv(out_dir / "baseline.csv", list(comparison[0]), comparison)
