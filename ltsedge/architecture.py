@@ -177,6 +177,10 @@ def _validate_backbone_fields(a: Architecture, backbone) -> None:
             raise LtsedgeError(f"architecture field 'mem_len' is invalid: backbone {a.backbone} has no recurrence "
                                f"memory")
         _check_int("mem_len", a.mem_len, 1)
+    if a.adaptive and not backbone.supports_adaptive:
+        raise LtsedgeError(f"architecture is invalid for backbone {a.backbone}: it has plain embeddings, so d_embed "
+                           f"must equal d_model = {a.d_model} and div_val be 1 (got d_embed = {a.d_embed}, "
+                           f"div_val = {a.div_val})")
     if a.block_types and not backbone.supports_block_types:
         raise LtsedgeError(f"architecture field 'block_types' is invalid: backbone {a.backbone} has no per-layer "
                            f"block types")

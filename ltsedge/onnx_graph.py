@@ -70,6 +70,12 @@ class GraphBuilder:
         return self.op("Mul", self.op("Mul", x, self.op("Add", erf, self.const(1.0, np.float32))),
                        self.const(0.5, np.float32))
 
+    def causal(self, past_len: str, total_len: str) -> str:
+        """bool ``[T, P + T]``: may query t (absolute position past + t) attend to key j? ``j <= past + t``."""
+        queries = self.op("Unsqueeze", self.op("Range", past_len, total_len, self.const(1)), self.const([1]))  # [T, 1]
+        keys = self.op("Unsqueeze", self.op("Range", self.const(0), total_len, self.const(1)), self.const([0]))  # [1, S]
+        return self.op("LessOrEqual", keys, queries)
+
     def unsqueeze0(self, scalar: str) -> str:
         """A 0-d int64 (e.g. a gathered dimension) as a 1-element vector, for Concat into a shape."""
         return self.op("Unsqueeze", scalar, self.const([0]))

@@ -85,9 +85,7 @@ class SearchSpace:
 
     def _check_block_types(self) -> None:
         types = tuple(self.block_types)
-        unknown = [t for t in types if t not in BLOCK_TYPES]
-        if unknown:
-            raise LtsedgeError(f"search space: block type {unknown[0]!r} is unknown (known: {', '.join(BLOCK_TYPES)})")
+        reject_unknown("block type", types, BLOCK_TYPES, sort_known=False, where="search space")
         # Canonical order, so equal spaces compare equal.
         object.__setattr__(self, "block_types", tuple(t for t in BLOCK_TYPES if t in types))
         if self.par_rules and "ffn" not in self.block_types:
@@ -276,7 +274,6 @@ class SearchSpace:
         if backbone is not None and given is not None and given != backbone:
             raise LtsedgeError(f"{source}: backbone = {given!r} contradicts --backbone {backbone}")
         try:
-            get_backbone(given or backbone or "gpt2")
             return cls.default(given or backbone or "gpt2", **values, source=source)
         except LtsedgeError as e:
             raise LtsedgeError(f"{source}: {e}") from None

@@ -21,6 +21,7 @@ from ltsedge.exporters.weights import load_state_dict
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
+from tests.test_generate import prompts
 
 CPU = ["CPUExecutionProvider"]
 OPT = get_backbone("opt")
@@ -97,7 +98,7 @@ def test_block_types_count_only_the_sub_blocks_they_have():
 
 def test_adaptive_embeddings_are_refused():
     for overrides in ({"d_embed": 16}, {"div_val": 2, "d_embed": 32}):
-        with pytest.raises(LtsedgeError, match="OPT has plain embeddings"):
+        with pytest.raises(LtsedgeError, match="backbone opt: it has plain embeddings"):
             opt_arch(**overrides)
 
 
@@ -206,15 +207,6 @@ def reference_greedy(model, prompt: np.ndarray, mask: np.ndarray, n_new: int):
             tokens.append(nxt[:, 0].numpy())
             ids, mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
     return np.stack(tokens, 1), logits
-
-
-def prompts(arch, batch: int, length: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, arch.vocab_size, (batch, length))
-    mask = np.ones_like(prompt)
-    if batch > 1:
-        mask[1, : length // 2] = 0  # left padding: the second prompt is shorter
-    return prompt, mask
 
 
 GENERATE_ARCHS = [

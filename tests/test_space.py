@@ -208,7 +208,7 @@ def test_par_rules_keep_attention_early_and_rare():
 def test_block_types_leave_spaces_without_them_unchanged():
     plain = SearchSpace()
     assert plain.n_genes == 4 + 2 * 16 and all(not a.block_types for a in plain.sample(50, seed=2))
-    with pytest.raises(LtsedgeError, match="block type 'conv' is unknown"):
+    with pytest.raises(LtsedgeError, match="unknown block type 'conv'"):
         SearchSpace(block_types=("attn_ffn", "conv"))
     with pytest.raises(LtsedgeError, match="par_rules need the block type 'ffn'"):
         SearchSpace(block_types=("attn_ffn", "attn"), par_rules=True)

@@ -50,13 +50,12 @@ drift_check_every = 0
 """
 COMMANDS = {
     "profile": ["profile", "{arch}", "--device", "{device}", "--json"],
-    "profile_xl": ["profile", "{arch}", "--device", "{device}", "--json"],
     "search": ["search", "--preset", "smoke", "--out", "{out}", "--device", "cpu", "--quiet"],
     "check": ["check", "{models...}", "--device", "{device}", "--max-latency-ms", "100000", "--max-memory-mb", "100000",
               "--json"],
 }
 # Per command: generous limits for emulation (qemu-user is 50-200x slower than native).
-TIMEOUT_S = {"profile": 300, "profile_xl": 300, "search": 600, "check": 300}
+TIMEOUT_S = {"profile": 300, "search": 600, "check": 300}
 
 
 class SmokeFailure(AssertionError):
@@ -145,10 +144,10 @@ class Smoke:
         return (f"ltsedge {ltsedge.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
                 f"numpy {numpy.__version__}; models stamped opset {t.opset} IR {t.ir_version}")
 
-    def profile(self, command: str = "profile", architecture: dict = TINY_ARCH) -> str:
-        arch = self.work / f"{command}.json"
+    def profile(self, architecture: dict = TINY_ARCH) -> str:
+        arch = self.work / f"{architecture.get('backbone', 'gpt2')}.json"
         arch.write_text(json.dumps(architecture))
-        proc = self.ltsedge(command, arch=arch)
+        proc = self.ltsedge("profile", arch=arch)
         check(proc.returncode == 0, f"`ltsedge profile` exited {proc.returncode}")
         r = _json_output(proc.stdout, "profile")
         check(isinstance(r, dict), f"profile --json printed {type(r).__name__}, expected an object")
@@ -161,7 +160,7 @@ class Smoke:
                 f"on {fp.get('cpu_model')} ({fp.get('arch')})")
 
     def profile_xl(self) -> str:
-        return "Transformer-XL: " + self.profile("profile_xl", TINY_XL_ARCH)
+        return "Transformer-XL: " + self.profile(TINY_XL_ARCH)
 
     def search(self) -> str:
         out = self.work / "out"

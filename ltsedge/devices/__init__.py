@@ -96,15 +96,16 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
     """TOML tables -> DeviceProfile fields, with every key checked against the schema."""
     allowed = ", ".join([*TOP_LEVEL, *(f"[{t}]" for t in TABLES)])
     fields: dict[str, Any] = {}
+    reject_unknown("key", data, [*TOP_LEVEL, *TABLES], sort_known=False, where=where, place="at the top level",
+                   allowed=allowed)
     for key, value in data.items():
-        reject_unknown("key", [key], [*TOP_LEVEL, *TABLES], where=where, place="at the top level", allowed=allowed)
         if key in TOP_LEVEL:
             fields[key] = check_type(key, value, key, where)
             continue
         if not isinstance(value, dict):
             raise LtsedgeError(f"{where}: {key!r} must be a table [{key}], got {toml_repr(value)}")
+        reject_unknown("key", value, TABLES[key], sort_known=False, where=where, place=f"in [{key}]")
         for sub, sub_value in value.items():
-            reject_unknown("key", [sub], TABLES[key], sort_known=False, where=where, place=f"in [{key}]")
             fields[sub] = check_type(sub, sub_value, f"[{key}] {sub}", where)
     return fields
 

@@ -168,6 +168,8 @@ def add_metadata(proto: onnx.ModelProto, arch: Architecture, target: OnnxTarget,
         "variant": spec.variant,
         "io_spec": spec.to_json(),
         "weights": "trained" if trained else "random",
+        # The longest past + sequence it embeds: what a runner checks without knowing the backbone.
+        "max_sequence": str(arch.n_positions) if get_backbone(arch.backbone).learned_positions else "unbounded",
     }
     helper.set_model_props(proto, {METADATA_PREFIX + k: v for k, v in meta.items()})
 

@@ -135,7 +135,7 @@ def report_html(data: SearchData, link_prefix: str = "../") -> str:
     body.append("<h2>Frontier</h2>" + _frontier_table(data, field, link_prefix))
     if data.baseline:
         body.append("<h2>Against the layer-scaled baseline</h2>" + _baseline_table(data))
-    failed = [c for c in data.candidates if not c.ok]
+    failed = [c for c in data.candidates if not c.ok and c.source != "skipped"]  # skipped: outside the budgets
     if failed:
         body.append(f"<h2>Failed candidates ({len(failed)})</h2>" + _failed_table(failed))
     agents = sorted({c.agent for c in data.candidates if c.agent})
@@ -160,7 +160,7 @@ def _agents_table(data: SearchData, agents: list[str]) -> str:
     front = {m["id"] for m in data.frontier}
     rows = "".join(f"<tr><td>{html.escape(a)}</td><td>{sum(c.agent == a for c in data.candidates)}</td>"
                    f"<td>{sum(c.agent == a and c.id in front for c in data.candidates)}</td></tr>" for a in agents)
-    local = sum(not c.agent for c in data.candidates)
+    local = sum(not c.agent and c.source == "measured" for c in data.candidates)
     if local:
         rows += f"<tr><td>this machine</td><td>{local}</td><td>–</td></tr>"
     return f"<table><tr><th>agent</th><th>candidates measured</th><th>on the frontier</th></tr>{rows}</table>"

@@ -80,7 +80,7 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
         session = session_or_inputs
         declared = session.get_inputs()
         vocab_size = vocab_size or vocab_size_of(session)
-        limit, memory = n_positions_of(session), memory_length_of(session)
+        limit, memory = sequence_limits(session)
     else:
         declared = list(session_or_inputs)
     shapes = dict(shapes or {})
@@ -211,26 +211,17 @@ def vocab_size_of(session: Any) -> int | None:
     return arch.get("vocab_size") if isinstance(arch.get("vocab_size"), int) else None
 
 
-def n_positions_of(session: Any) -> int | None:
-    """The longest sequence an ltsedge model embeds (None for other models, and for backbones whose
-    positions are relative, e.g. Transformer-XL)."""
+def sequence_limits(session: Any) -> tuple[int | None, int | None]:
+    """(the longest past + sequence an ltsedge model embeds, its recurrence memory's length): None where
+    there is no such bound (relative positions, no memory, a foreign model)."""
     arch = _architecture_metadata(session)
-    value = arch.get("n_positions")
-    if not isinstance(value, int):
-        return None
-    from ltsedge.backbones import get_backbone  # the registry imports no torch
-    from ltsedge.errors import LtsedgeError
-
-    try:
-        return value if get_backbone(str(arch.get("backbone", "gpt2"))).learned_positions else None
-    except LtsedgeError:
-        return value
-
-
-def memory_length_of(session: Any) -> int | None:
-    """A recurrence memory's length (Transformer-XL's ``mem_len``): the most past a model ever keeps."""
-    value = _architecture_metadata(session).get("mem_len")
-    return value if isinstance(value, int) and value > 0 else None
+    declared = session.get_modelmeta().custom_metadata_map.get("ltsedge.max_sequence")
+    if declared is not None:  # written by the exporter, which knows the backbone
+        limit = int(declared) if declared.isdigit() else None
+    else:  # a file from before that key: only learned positions then (GPT-2)
+        limit = arch.get("n_positions") if isinstance(arch.get("n_positions"), int) else None
+    memory = arch.get("mem_len")
+    return limit, memory if isinstance(memory, int) and memory > 0 else None
 
 
 def _architecture_metadata(session: Any) -> dict:

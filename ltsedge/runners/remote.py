@@ -24,6 +24,7 @@ runs on an agent while it times a model.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
@@ -145,7 +146,7 @@ class RemoteRunner:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             self.client = distributed.Client(scheduler, timeout=timeout_s)
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, asyncio.TimeoutError) as e:
             raise LtsedgeError(f"cannot reach the scheduler {scheduler}: {e}") from None
         self.agents = self._agents(machine)
         first = next(iter(self.agents.values()))
@@ -222,7 +223,7 @@ class RemoteRunner:
         distributed = _distributed()
         try:
             return distributed.wait(pending, timeout=self.answer_timeout_s, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
             if self.client.status != "running":
                 raise OSError("the client lost its scheduler") from None
             return None
@@ -243,14 +244,12 @@ class RemoteRunner:
 
     def _on_our_scale(self, m: Measurement) -> Measurement:
         """An agent's milliseconds through the search's calibration (its ratio is kept as measured)."""
-        if not m.ok or not m.calibration_ms:
-            return m
         return Measurement.from_dict(rescaled(m.to_dict(), self.calibration.reference_ms))
 
     def _call(self, fn):
         try:
             return fn()
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, asyncio.TimeoutError) as e:
             raise LostConnection(f"lost the scheduler ({e}); run the same command again to resume") from None
         except Exception as e:  # noqa: BLE001 - distributed's own errors: the scheduler or a task
             if type(e).__name__ in ("CommClosedError", "CancelledError", "FutureCancelledError",

@@ -57,8 +57,7 @@ def resolve(options: SearchOptions):
     if options.backbone is not None:
         get_backbone(options.backbone)  # an unknown name is a one-line error listing the known ones
     if options.space_file:
-        backbone = preset.backbone_for(options.backbone) if options.backbone or preset.backbone else None
-        space = SearchSpace.load(options.space_file, backbone=backbone)
+        space = SearchSpace.load(options.space_file, backbone=preset.backbone_for(options.backbone))
     else:
         space = preset.space(options.backbone)
     backbone = get_backbone(space.backbone)

@@ -31,20 +31,21 @@ class Preset:
     backbone: str | None = None  # the preset's own backbone (None: any, gpt2 unless told otherwise)
 
     def space(self, backbone: str | None = None) -> SearchSpace:
-        backbone = self.backbone_for(backbone)
+        backbone = self.backbone_for(backbone) or "gpt2"
         changes = dict(self.space_changes)
         if not get_backbone(backbone).supports_adaptive:  # e.g. OPT: d_embed = d_model, no adaptive factor
             changes.pop("d_embed", None)
             changes.pop("div_val", None)
         return SearchSpace.default(backbone, **changes, source=f"preset {self.name}")
 
-    def backbone_for(self, backbone: str | None) -> str:
+    def backbone_for(self, backbone: str | None) -> str | None:
+        """The backbone asked for, else the preset's own; None where neither names one."""
         if self.backbone and backbone and backbone != self.backbone:
             raise LtsedgeError(f"preset {self.name} searches backbone {self.backbone}, not {backbone}")
-        return backbone or self.backbone or "gpt2"
+        return backbone or self.backbone
 
     def baseline(self, backbone: str | None = None) -> BaselineSpec:
-        return self.baseline_spec or get_backbone(self.backbone_for(backbone)).baseline()
+        return self.baseline_spec or get_backbone(self.backbone_for(backbone) or "gpt2").baseline()
 
     def apply(self, profile: DeviceProfile) -> DeviceProfile:
         return profile.replace(**self.profile_changes) if self.profile_changes else profile

@@ -127,9 +127,7 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
 
     if caches:
         # May query t (absolute position past + t) attend to key j? j <= past + t, and j is not padding.
-        queries = g.op("Unsqueeze", g.op("Range", past_len, total_len, g.const(1)), g.const([1]))  # [T, 1]
-        keys = g.op("Unsqueeze", g.op("Range", g.const(0), total_len, g.const(1)), g.const([0]))  # [1, S]
-        causal = g.op("LessOrEqual", keys, queries)  # [T, S]
+        causal = g.causal(past_len, total_len)  # [T, S]
         not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
         allowed = g.op("And", causal, not_padding)  # [B, 1, T, S]
 

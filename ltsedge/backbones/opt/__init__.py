@@ -9,7 +9,6 @@ the PyTorch reference, ``graph.py`` the ONNX graph; this file ties them into the
 from __future__ import annotations
 
 from ltsedge.backbones.base import BaselineSpec, PackageBackbone
-from ltsedge.errors import LtsedgeError
 
 OPT_VOCAB_SIZE = 50272  # OPT's vocabulary (GPT-2's BPE, padded)
 OPT_N_POSITIONS = 2048
@@ -24,19 +23,10 @@ class OPTBackbone(PackageBackbone):
     description = "OPT: pre-LayerNorm blocks, ReLU FFN, learned positions with OPT's offset, tied output"
     variants = ("forward", "generate")
     model_class = "OPT"
-    graph_version = 1
     supports_block_types = True
-    genai_compatible = True  # the generate bundle runs in onnxruntime-genai's generic decoder
     supports_adaptive = False  # plain embeddings (d_embed = d_model): presets drop their adaptive choices
     # Hugging Face's OPTForCausalLM state_dict carries the tied output layer under its own name.
     tied_aliases = {"lm_head.weight": "decoder.embed_tokens.weight"}
-
-    def validate(self, arch) -> None:
-        """OPT's embeddings are plain: one d_model-wide table, tied to the output layer."""
-        if arch.adaptive:
-            raise LtsedgeError(f"architecture is invalid for backbone opt: OPT has plain embeddings, so d_embed must "
-                               f"equal d_model = {arch.d_model} and div_val be 1 (got d_embed = {arch.d_embed}, "
-                               f"div_val = {arch.div_val})")
 
     def default_space(self) -> dict:
         """The study's OPT-scale space: 3..29 layers, d_model 512..1472, per layer d_inner 512..6080 (no
@@ -48,6 +38,3 @@ class OPTBackbone(PackageBackbone):
     def baseline(self) -> BaselineSpec:
         """OPT-350M's block, stacked 4 .. 24 layers deep."""
         return BaselineSpec(d_model=1024, d_inner=4096, n_head=16, layers=(4, 8, 12, 16, 20, 24))
-
-    def max_sequence(self, space) -> int | None:
-        return space.n_positions  # the learned table ends there (plus OPT's two offset rows)

@@ -67,10 +67,7 @@ def _embed(g: GraphBuilder, arch, positions: str) -> str:
 
 def _allowed(g: GraphBuilder, past_len: str, seq_len: str) -> str:
     """May query t (absolute position past + t) attend to key j? ``j <= past + t``: bool [T, P + T]."""
-    total_len = g.op("Add", past_len, seq_len)
-    queries = g.op("Unsqueeze", g.op("Range", past_len, total_len, g.const(1)), g.const([1]))  # [T, 1]
-    keys = g.op("Unsqueeze", g.op("Range", g.const(0), total_len, g.const(1)), g.const([0]))  # [1, S]
-    return g.op("LessOrEqual", keys, queries)
+    return g.causal(past_len, g.op("Add", past_len, seq_len))
 
 
 def _finish(g: GraphBuilder, arch, spec: ExportSpec, x: str, ids_shape: str, allowed: str | None,

@@ -120,7 +120,7 @@ class OPT(nn.Module):
         logits and the caches of all P + T tokens, again one per attention layer. ``past=None`` is the
         prefill; with a cache of P tokens it computes the logits a prefill of all P + T tokens would."""
         T = input_ids.size(1)
-        P = 0 if not past else past[0][0].size(2)
+        P = attention_mask.size(1) - T  # not from past: an all-FFN model has no cache
         causal = torch.arange(P + T, device=input_ids.device)[None, :] <= \
             torch.arange(P, P + T, device=input_ids.device)[:, None]
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]  # [B, 1, T, P + T]

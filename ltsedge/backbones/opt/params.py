@@ -10,27 +10,14 @@ formulas equal to counting the PyTorch modules' parameters.
 
 from __future__ import annotations
 
+from ltsedge.backbones.gpt2.params import block_params  # q/k/v/out with biases = GPT-2's c_attn + c_proj
+
 POSITION_OFFSET = 2  # OPT's learned positions start at row 2 (a relic of fairseq's padding index)
 
 
-def attention_params(d_model: int) -> int:
-    layer_norm = 2 * d_model
-    projections = 4 * (d_model * d_model + d_model)  # q, k, v, out, each with a bias
-    return layer_norm + projections
-
-
-def ffn_params(d_model: int, d_inner: int) -> int:
-    layer_norm = 2 * d_model
-    return layer_norm + (d_model * d_inner + d_inner) + (d_inner * d_model + d_model)
-
-
-def layer_params(arch, i: int) -> int:
-    attention = attention_params(arch.d_model) if arch.has_attention(i) else 0
-    return attention + (ffn_params(arch.d_model, arch.d_inner[i]) if arch.has_ffn(i) else 0)
-
-
 def decoder_params(arch) -> int:
-    blocks = sum(layer_params(arch, i) for i in range(arch.n_layer))
+    blocks = sum(block_params(arch.d_model, arch.d_inner[i], arch.has_attention(i), arch.has_ffn(i))
+                 for i in range(arch.n_layer))
     positions = (arch.n_positions + POSITION_OFFSET) * arch.d_model
     return blocks + positions + 2 * arch.d_model  # + final LayerNorm
 

@@ -22,7 +22,6 @@ class TransfoXLBackbone(PackageBackbone):
     # onnxruntime-genai runs KV caches (past_key_values / present), not a recurrence memory.
     genai_compatible = False
     learned_positions = False  # relative, sinusoidal: no table bounds the sequence
-    graph_version = 1
 
     def validate(self, arch) -> None:
         if arch.d_model % 2:
@@ -32,11 +31,5 @@ class TransfoXLBackbone(PackageBackbone):
     def generate_spec(self, arch):
         return generate_spec(arch)  # the recurrence memory, not a KV cache
 
-    def default_space(self) -> dict:
-        return {}  # the study searched Transformer-XL over the same ranges as GPT-2
-
     def baseline(self) -> BaselineSpec:
         return BaselineSpec(d_model=512, d_inner=2048, n_head=8, layers=tuple(range(1, 17)))  # Transformer-XL base
-
-    def max_sequence(self, space) -> int | None:
-        return None  # relative positions: no table to run out of
