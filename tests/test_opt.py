@@ -21,7 +21,7 @@ from ltsedge.exporters.weights import load_state_dict
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
-from tests.test_generate import prompts
+from tests.test_generate import prompts, reference_greedy
 
 CPU = ["CPUExecutionProvider"]
 OPT = get_backbone("opt")
@@ -193,21 +193,6 @@ def test_positions_read_the_table_two_rows_down():
 
 
 # --- export: generate -------------------------------------------------------------------------------
-
-def reference_greedy(model, prompt: np.ndarray, mask: np.ndarray, n_new: int):
-    """Greedy decoding with the PyTorch model and no cache: the whole sequence again at every step."""
-    ids, mask = torch.from_numpy(prompt), torch.from_numpy(mask)
-    tokens, logits = [], []
-    with torch.no_grad():
-        for _ in range(n_new):
-            out, _ = model.forward_with_cache(ids, mask, (mask.cumsum(1) - 1).clamp(min=0))
-            last = out[:, -1, :]
-            logits.append(last.numpy())
-            nxt = last.argmax(-1, keepdim=True)
-            tokens.append(nxt[:, 0].numpy())
-            ids, mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
-    return np.stack(tokens, 1), logits
-
 
 GENERATE_ARCHS = [
     opt_arch(block_types=("attn_ffn", "ffn", "attn")),
