@@ -18,6 +18,8 @@ import pytest
 
 pytest.importorskip("distributed", reason="Dask's distributed is not installed")
 
+from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV  # noqa: E402
+
 DEVICE = """name = "fleet"
 [workload]
 sequence = 16
@@ -38,7 +40,9 @@ def free_port() -> int:
 
 
 def start(args, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    # The agents' workers obey the test-only fault switch (models that crash them on purpose).
+    env = {**os.environ, TEST_FAULTS_ENV: "1"}
+    return subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def wait_for(predicate, seconds: float, what: str) -> None:
@@ -109,7 +113,7 @@ def test_a_search_on_two_agents_survives_losing_one(tmp_path, fleet):
     assert "Who measured what" in report and "a2" in report
     # Each agent timed against its own reference; the figures ranked are on the search's one scale.
     scales = {r["measurement"]["calibration_ms"] for r in measured}
-    assert len(scales) == 1
+    assert len(scales) == 1, [r["measurement"] for r in measured]
 
     # The same search here, without a scheduler, from the same store: the same frontier, nothing measured.
     local = subprocess.run(args[:-4] + ["--out", str(tmp_path / "local"), "--store", str(store), "--quiet",
@@ -182,6 +186,36 @@ def test_a_hung_agent_does_not_hang_the_search(tmp_path, fleet, monkeypatch):
                 os.killpg(proc.pid, signal.SIGCONT)
     assert waited < 30 and sorted(got) == [0, 1]
     assert all(not m.ok and m.failure_kind == "environment" and "no agent answered" in m.error for m in results)
+
+
+def test_a_board_in_trouble_gets_a_second_try_on_the_fleet(tmp_path, fleet):
+    """A failure of the environment (the agent's worker died) is measured once more, on whichever agent
+    is free, before it counts: a passing trouble leaves no failure, a model that kills every worker
+    is recorded as failed after its second try, and nothing is tried a third time."""
+    import onnx
+    from onnx import helper
+
+    from ltsedge.devices import load_profile
+    from ltsedge.exporters import export_model
+    from ltsedge.runners.remote import RemoteRunner
+    from tests.conftest import tiny_arch
+
+    address, device, _ = fleet
+
+    def model(fault: str) -> bytes:
+        proto = onnx.load_from_string(export_model(tiny_arch()).to_bytes())
+        helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, FAULT_KEY: fault})
+        return proto.SerializeToString()
+
+    marker = tmp_path / "died-once"
+    said, got = [], []
+    with RemoteRunner(load_profile(device), address, log=said.append) as runner:
+        passing, broken = runner.measure_many([model(f"exit-once:{marker}"), model("exit")],
+                                              on_result=lambda i, m: got.append(i))
+    assert marker.exists() and passing.ok and passing.calibration_ms
+    assert not broken.ok and broken.failure_kind == "environment" and "exited with code 3" in broken.error
+    assert sorted(got) == [0, 1]  # each reported once, with its final figure
+    assert sum("measuring it once more" in line for line in said) == 2
 
 
 def test_losing_the_scheduler_stops_the_search_cleanly_and_it_resumes(tmp_path, fleet):

@@ -9,7 +9,9 @@ drift guard: the board's figures are made exactly as a local search makes them.
 ``RemoteRunner`` is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
 client. Models travel as their ONNX bytes. Each figure comes back with the agent that measured it
 and is handed to ``on_result`` as it arrives (the store keeps it at once). An agent that dies in the
-middle of a model: Dask runs the task again on another agent, and the figure is recorded once. The
+middle of a model: Dask runs the task again on another agent, and the figure is recorded once; a
+board whose measuring worker dies under a model gets the model measured once more, by whichever agent
+is free, before the failure counts (a model that kills every worker fails after that try). The
 scheduler going away: a one-line error; the search resumes from its checkpoint when run again. No
 answer at all for longer than a model may take (a hung or cut-off agent): the models still out are
 recorded as failures of the environment (never served from the store) and the search goes on.
@@ -189,17 +191,22 @@ class RemoteRunner:
         return self.measure_many([model], shapes=shapes, race=(lambda i: race) if race else None)[0]
 
     def measure_many(self, models: list, *, shapes=None, on_result=None, race=None) -> list[Measurement]:
-        """Every model on some agent of the chosen machine; results handed over as they arrive."""
-        distributed = _distributed()
+        """Every model on some agent of the chosen machine; results handed over as they arrive. A
+        failure of the environment (the board's worker died, ran out of memory) is tried once more."""
         report = on_result or (lambda i, m: None)
+        data = [bytes(m) if isinstance(m, (bytes, bytearray)) else _read(m) for m in models]
         futures = {}
-        for i, model in enumerate(models):
-            data = model if isinstance(model, (bytes, bytearray)) else _read(model)
-            futures[self._call(lambda: self.client.submit(
-                measure_on_agent, bytes(data), self.profile, shapes, race(i) if race else None,
-                resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))] = i
+
+        def submit(i: int):
+            future = self._call(lambda: self.client.submit(
+                measure_on_agent, data[i], self.profile, shapes, race(i) if race else None,
+                resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))
+            futures[future] = i
+            return future
+
+        pending = {submit(i) for i in range(len(models))}
         results: list[Measurement | None] = [None] * len(models)
-        pending = set(futures)
+        second_tries: set[int] = set()
         try:
             while pending:
                 answered = self._call(lambda: self._first_answers(pending))
@@ -210,6 +217,13 @@ class RemoteRunner:
                 for future in done:
                     i = futures[future]
                     m = self._on_our_scale(Measurement.from_dict(self._call(future.result)))
+                    if not m.ok and m.failure_kind == "environment" and i not in second_tries:
+                        # The board's trouble (its worker killed, out of memory), not the model's: once
+                        # more, on whichever agent is free, before it counts as a failure.
+                        self.log(f"model {i + 1} failed on {m.agent} ({m.error}); measuring it once more")
+                        second_tries.add(i)
+                        pending = pending | {submit(i)}
+                        continue
                     results[i] = m
                     report(i, m)
         except BaseException:

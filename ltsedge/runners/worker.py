@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
@@ -274,13 +275,18 @@ def _test_fault(session) -> None:
     """Tests only: a model whose metadata asks for it kills the worker the way a broken runtime would."""
     if os.environ.get(TEST_FAULTS_ENV) != "1":
         return
-    fault = session.get_modelmeta().custom_metadata_map.get(FAULT_KEY)
+    fault = session.get_modelmeta().custom_metadata_map.get(FAULT_KEY) or ""
     if fault == "segv":
         ctypes.string_at(0)
     elif fault == "abort":
         os.abort()
     elif fault == "exit":
         os._exit(3)
+    elif fault.startswith("exit-once:"):  # a passing trouble: the first worker to load it dies, no other
+        marker = Path(fault.split(":", 1)[1])
+        if not marker.exists():
+            marker.touch()
+            os._exit(3)
 
 
 def hello(peak_resettable: bool) -> dict:
