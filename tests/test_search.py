@@ -204,8 +204,11 @@ def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
     out = tmp_path / "out"
     args = ["search", "--preset", "smoke", "--generations", 50, "--out", out, "--store", tmp_path / "s.sqlite",
             "--quiet", "--no-baseline"]
+    # As a terminal starts it: Ctrl-C at its default. (A job started in the background by a non-interactive
+    # shell, as CI may run this suite, inherits SIGINT ignored, and so would the search: it must not.)
     proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not (out / "checkpoint.json").exists() and time.time() < deadline:
         time.sleep(0.05)
