@@ -16,7 +16,8 @@ Uncertainty of a value (where its true value lies, 95%):
     measured first in a fresh worker (as ``check`` does; five fresh runs of a 4.2 MB model read
     4.20-4.25 MB), 2 MB in a worker that measured other models before (pages a larger model left
     behind lowered the same model to 2.4-3.4 MB). A fixed 2 MB made every memory regression check
-    of a model under ~20 MB "marginal", since 2 MB is more than 10% of it.
+    of a model under ~20 MB "marginal", since 2 MB is more than 10% of it. For models of hundreds of
+    MB the peak moves by more than 2% between runs (up to ~10%; docs/measurement.md, "Known gap").
 
 Pure functions of numbers: the tests feed them made-up measurements.
 """
