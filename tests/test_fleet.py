@@ -87,14 +87,24 @@ def fleet(tmp_path):
             proc.wait()
 
 
-def test_a_search_on_two_agents_survives_losing_one(tmp_path, fleet):
-    address, device, procs = fleet
+def search_on_fleet(tmp_path: Path, address: str, device: Path, *, generations: int, seed: int,
+                    candidates: int) -> tuple[list[str], Path, Path, subprocess.Popen]:
+    """A smoke search measured on the fleet, once it has logged ``candidates`` candidates (or ended).
+    Returns its command line without ``--scheduler`` (to run it again here), its --out and --store."""
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
-    args = [sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", "3", "--device",
-            str(device), "--out", str(out), "--store", str(store), "--quiet", "--no-baseline", "--seed", "4"]
+    args = [sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", str(generations),
+            "--device", str(device), "--out", str(out), "--store", str(store), "--quiet", "--no-baseline",
+            "--seed", str(seed)]
     search = subprocess.Popen(args + ["--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    wait_for(lambda: len(candidate_records(out)) >= 3 or search.poll() is not None, 120, "first candidates")
+    wait_for(lambda: len(candidate_records(out)) >= candidates or search.poll() is not None, 120,
+             "first candidates")
+    return args, out, store, search
+
+
+def test_a_search_on_two_agents_survives_losing_one(tmp_path, fleet):
+    address, device, procs = fleet
+    args, out, store, search = search_on_fleet(tmp_path, address, device, generations=3, seed=4, candidates=3)
     os.killpg(procs[1].pid, signal.SIGKILL)  # agent a1 dies, maybe in the middle of a model
     stdout, stderr = search.communicate(timeout=300)
     assert search.returncode == 0, stderr
@@ -223,12 +233,7 @@ def test_a_board_in_trouble_gets_a_second_try_on_the_fleet(tmp_path, fleet):
 
 def test_losing_the_scheduler_stops_the_search_cleanly_and_it_resumes(tmp_path, fleet):
     address, device, procs = fleet
-    out, store = tmp_path / "out", tmp_path / "s.sqlite"
-    args = [sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", "4", "--device",
-            str(device), "--out", str(out), "--store", str(store), "--quiet", "--no-baseline", "--seed", "6"]
-    search = subprocess.Popen(args + ["--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
-    wait_for(lambda: len(candidate_records(out)) >= 2 or search.poll() is not None, 120, "first candidates")
+    args, out, _, search = search_on_fleet(tmp_path, address, device, generations=4, seed=6, candidates=2)
     os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler goes away
     _, stderr = search.communicate(timeout=300)
     assert search.returncode == 1 and "Traceback" not in stderr
