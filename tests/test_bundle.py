@@ -26,6 +26,24 @@ def run(*args):
     return proc
 
 
+def genai_greedy(bundle, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
+    """onnxruntime-genai's greedy generation from a bundle directory: the tokens, and before each the
+    last position's logits (call after ``pytest.importorskip("onnxruntime_genai")``)."""
+    import onnxruntime_genai as og
+
+    genai_model = og.Model(str(bundle))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + steps)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(prompt)
+    tokens, logits = [], []
+    for _ in range(steps):
+        logits.append(np.array(generator.get_logits()[0, -1]))
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens, logits
+
+
 def trained_like(arch, path, seed=0, suffix=".pt"):
     """A state_dict with weights far from the init (as training leaves them), saved as a user would."""
     model = get_backbone(arch.backbone).build_model(arch)
@@ -79,24 +97,17 @@ def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
 
 
 def test_onnxruntime_genai_generates_the_reference_tokens(tmp_path):
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     weights = tmp_path / "w.pt"
     model = trained_like(HETEROGENEOUS, weights, seed=3)
     assert run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
                "-o", tmp_path / "bundle").returncode == 0
-    genai_model = og.Model(str(tmp_path / "bundle"))
+    session = ort.InferenceSession(str(tmp_path / "bundle" / "model.onnx"), providers=["CPUExecutionProvider"])
     for prompt in ([5, 17, 99, 3, 250], [1, 2]):
-        params = og.GeneratorParams(genai_model)
-        params.set_search_options(max_length=len(prompt) + 10)
-        generator = og.Generator(genai_model, params)
-        generator.append_tokens(prompt)
-        session = ort.InferenceSession(str(tmp_path / "bundle" / "model.onnx"), providers=["CPUExecutionProvider"])
+        tokens, logits = genai_greedy(tmp_path / "bundle", prompt, 10)
         ours = greedy(session, np.array([prompt]), 10)
-        tokens = []
         for step in range(10):
-            np.testing.assert_allclose(generator.get_logits()[0, -1], ours.logits[step][0], atol=1e-3)
-            generator.generate_next_token()
-            tokens.append(int(generator.get_next_tokens()[0]))
+            np.testing.assert_allclose(logits[step], ours.logits[step][0], atol=1e-3)
         assert tokens == ours.tokens[0].tolist() == reference_tokens(model, prompt, 10)
 
 

@@ -50,9 +50,12 @@ def onnx_from_torch(arch, model, opset) -> bytes:
     return proto.SerializeToString()
 
 
-def max_diff(arch, model, onnx_bytes, batch=2, seq=11, seed=0) -> float:
+def max_diff(arch, model, onnx_model, batch=2, seq=11, seed=0) -> float:
+    """Largest |logits difference| between the ONNX model (bytes, or a session kept across calls) and
+    the PyTorch reference on random token ids."""
     ids = np.random.default_rng(seed).integers(0, arch.vocab_size, (batch, seq))
-    session = ort.InferenceSession(onnx_bytes, providers=CPU)
+    session = onnx_model if isinstance(onnx_model, ort.InferenceSession) else ort.InferenceSession(
+        onnx_model, providers=CPU)
     (logits,) = session.run(["logits"], {"input_ids": ids})
     with torch.no_grad():
         expected = model(torch.from_numpy(ids)).numpy()

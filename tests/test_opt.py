@@ -21,6 +21,8 @@ from ltsedge.exporters.weights import load_state_dict
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
+from tests.test_bundle import genai_greedy
+from tests.test_export import max_diff
 from tests.test_generate import prompts, reference_greedy
 
 CPU = ["CPUExecutionProvider"]
@@ -150,28 +152,19 @@ def session_of(arch, model, variant="forward") -> ort.InferenceSession:
     return ort.InferenceSession(exported.to_bytes(), providers=CPU)
 
 
-def forward_diff(arch, model, session, batch: int, seq: int, seed: int = 0) -> float:
-    ids = np.random.default_rng(seed).integers(0, arch.vocab_size, (batch, seq))
-    (logits,) = session.run(["logits"], {"input_ids": ids})
-    with torch.no_grad():
-        expected = model(torch.from_numpy(ids)).numpy()
-    assert logits.shape == (batch, seq, arch.vocab_size)
-    return float(np.abs(logits - expected).max())
-
-
 @pytest.mark.parametrize("arch", random_opt_archs(8, seed=31), ids=lambda a: a.id)
 def test_forward_equals_pytorch_at_several_lengths(arch):
     model = randomized(arch)
     session = session_of(arch, model)
     for batch, seq in [(1, 1), (2, 7), (1, arch.n_positions)]:
-        assert forward_diff(arch, model, session, batch, seq) <= 1e-3
+        assert max_diff(arch, model, session, batch, seq) <= 1e-3
 
 
 def test_export_models_own_shared_weights_end_to_end():
     arch = opt_arch(block_types=("attn_ffn", "ffn", "attn"))
     session = ort.InferenceSession(export_model(arch).to_bytes(), providers=CPU)
     model = OPT.build_model(arch, weight_seed(arch), shared_weights=True)
-    assert forward_diff(arch, model, session, 3, 17) <= 1e-3
+    assert max_diff(arch, model, session, 3, 17) <= 1e-3
 
 
 def test_positions_read_the_table_two_rows_down():
@@ -244,24 +237,17 @@ def test_an_ffn_only_layer_has_no_attention_nodes_and_no_cache():
 
 
 def test_genai_bundle_generates_the_reference_tokens(tmp_path):
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     from ltsedge.exporters.bundle import write_bundle
 
     arch = GENERATE_ARCHS[1]
     model = randomized(arch, seed=7)
     write_bundle(export_model(arch, variant="generate", weights=model.state_dict()), tmp_path / "bundle")
-    genai_model = og.Model(str(tmp_path / "bundle"))
     for prompt in ([5, 17, 9, 3, 25], [1, 2]):
-        params = og.GeneratorParams(genai_model)
-        params.set_search_options(max_length=len(prompt) + 10)
-        generator = og.Generator(genai_model, params)
-        generator.append_tokens(prompt)
+        tokens, logits = genai_greedy(tmp_path / "bundle", prompt, 10)
         want_tokens, want_logits = reference_greedy(model, np.array([prompt]), np.ones((1, len(prompt)), np.int64), 10)
-        tokens = []
         for step in range(10):
-            np.testing.assert_allclose(generator.get_logits()[0, -1], want_logits[step][0], atol=1e-3)
-            generator.generate_next_token()
-            tokens.append(int(generator.get_next_tokens()[0]))
+            np.testing.assert_allclose(logits[step], want_logits[step][0], atol=1e-3)
         assert tokens == want_tokens[0].tolist()
 
 

@@ -21,6 +21,7 @@ from ltsedge.exporters.bundle import write_bundle
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from tests.conftest import random_tiny_archs
+from tests.test_bundle import genai_greedy
 from tests.test_export import max_diff, onnx_from_torch, randomize
 from tests.test_generate import exported, prompts, reference_greedy
 from tests.test_proxy import counted_by_torch
@@ -129,21 +130,14 @@ def test_a_model_without_attention_has_no_cache_and_still_generates():
 
 @pytest.mark.parametrize("arch", [MIXES[0], ALL_FFN], ids=lambda a: "-".join(a.block_types))
 def test_onnxruntime_genai_runs_the_bundle_with_the_reference_tokens(tmp_path, arch):
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     session, model = exported(arch, seed=3)
     write_bundle(export_model(arch, variant="generate", weights=model.state_dict()), tmp_path)
-    genai_model = og.Model(str(tmp_path))
     prompt = np.array([[5, 17, 99, 3, 250]])
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=prompt.shape[1] + 10)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(prompt[0].tolist())
+    tokens, logits = genai_greedy(tmp_path, prompt[0].tolist(), 10)
     ours = greedy(session, prompt, 10)
-    tokens = []
     for step in range(10):
-        np.testing.assert_allclose(generator.get_logits()[0, -1], ours.logits[step][0], atol=1e-3)
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
+        np.testing.assert_allclose(logits[step], ours.logits[step][0], atol=1e-3)
     want, _ = reference_greedy(model, prompt, np.ones_like(prompt), 10)
     assert tokens == ours.tokens[0].tolist() == want[0].tolist()
 
