@@ -32,6 +32,7 @@ import numpy as np
 
 from ltsedge.architecture import BLOCK_TYPES, DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
 from ltsedge.backbones import get_backbone
+from ltsedge.backbones.base import grid
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
 from ltsedge.validate import is_int, reject_unknown
@@ -41,16 +42,12 @@ PAR_ATTENTION_SHARE = 2 / 3  # PAR: attention is needed only in the first two th
 PAR_LAYERS_PER_ATTENTION = 5  # PAR: about one attention layer per five layers suffices
 
 
-def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
-    return tuple(range(low, high + 1, step))
-
-
 @dataclass(frozen=True)
 class SearchSpace:
-    n_layer: tuple[int, ...] = _grid(2, 16, 1)
-    d_model: tuple[int, ...] = _grid(128, 1024, 64)
+    n_layer: tuple[int, ...] = grid(2, 16, 1)
+    d_model: tuple[int, ...] = grid(128, 1024, 64)
     n_head: tuple[int, ...] = (2, 4, 8)
-    d_inner: tuple[int, ...] = _grid(256, 4096, 64)
+    d_inner: tuple[int, ...] = grid(256, 4096, 64)
     d_inner_min_ratio: float = 2.0  # per-layer d_inner >= ratio * d_model (avoids training collapse)
     d_embed: tuple[int, ...] = (128, 256, 512)  # () = always d_model (plain, non-adaptive embeddings)
     div_val: tuple[int, ...] = (1, 2, 4)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from ltsedge.iospec import ExportSpec
 
 
+def grid(low: int, high: int, step: int) -> tuple[int, ...]:
+    """The choices low, low + step, ..., high (inclusive): how spaces write their ranges."""
+    return tuple(range(low, high + 1, step))
+
+
 @dataclass(frozen=True)
 class BaselineSpec:
     """The study's layer-scaled baseline: one homogeneous block stacked 1..N times."""

@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ltsedge.backbones import BaselineSpec, get_backbone
+from ltsedge.backbones.base import grid
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.space import SearchSpace
-
-
-def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
-    return tuple(range(low, high + 1, step))
 
 
 @dataclass(frozen=True)
@@ -58,14 +55,14 @@ PRESETS = {
     ),
     "quick": Preset(
         "quick", "a small space (2-6 layers, d_model 128-384), 5 generations of 12, sequence 64: ~3 minutes",
-        dict(n_layer=_grid(2, 6, 1), d_model=_grid(128, 384, 64), d_inner=_grid(256, 1536, 64), d_embed=(128, 256),
+        dict(n_layer=grid(2, 6, 1), d_model=grid(128, 384, 64), d_inner=grid(256, 1536, 64), d_embed=(128, 256),
              div_val=(1, 2)),
         12, 5, BaselineSpec(d_model=384, d_inner=1536, n_head=8, layers=(1, 2, 3, 4, 5, 6)),
         {"sequence": 64, "context": 64, "warmup": 1, "min_runs": 3, "max_runs": 20, "max_seconds": 3.0, "tolerance": 0.05},
     ),
     "smoke": Preset(
         "smoke", "tiny models (vocabulary 512, d_model 32-64), 2 generations of 6, sequence 16: for tests",
-        dict(n_layer=(1, 2), d_model=(32, 64), n_head=(2, 4), d_inner=_grid(64, 256, 32), d_embed=(16, 32),
+        dict(n_layer=(1, 2), d_model=(32, 64), n_head=(2, 4), d_inner=grid(64, 256, 32), d_embed=(16, 32),
              div_val=(1, 2), vocab_size=512, n_positions=64),
         6, 2, BaselineSpec(d_model=64, d_inner=128, n_head=2, layers=(1, 2)),
         {"sequence": 16, "context": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,

@@ -8,14 +8,10 @@ the PyTorch reference, ``graph.py`` the ONNX graph; this file ties them into the
 
 from __future__ import annotations
 
-from ltsedge.backbones.base import BaselineSpec, PackageBackbone
+from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
 
 OPT_VOCAB_SIZE = 50272  # OPT's vocabulary (GPT-2's BPE, padded)
 OPT_N_POSITIONS = 2048
-
-
-def _grid(low: int, high: int, step: int) -> tuple[int, ...]:
-    return tuple(range(low, high + 1, step))
 
 
 class OPTBackbone(PackageBackbone):
@@ -31,8 +27,8 @@ class OPTBackbone(PackageBackbone):
     def default_space(self) -> dict:
         """The study's OPT-scale space: 3..29 layers, d_model 512..1472, per layer d_inner 512..6080 (no
         2 x d_model floor) and 2..16 heads; OPT's vocabulary and 2048 positions; plain embeddings."""
-        return {"n_layer": _grid(3, 29, 1), "d_model": _grid(512, 1472, 64), "n_head": (2, 4, 8, 16),
-                "d_inner": _grid(512, 6080, 64), "d_inner_min_ratio": 0.0, "d_embed": (), "div_val": (1,),
+        return {"n_layer": grid(3, 29, 1), "d_model": grid(512, 1472, 64), "n_head": (2, 4, 8, 16),
+                "d_inner": grid(512, 6080, 64), "d_inner_min_ratio": 0.0, "d_embed": (), "div_val": (1,),
                 "vocab_size": OPT_VOCAB_SIZE, "n_positions": OPT_N_POSITIONS}
 
     def baseline(self) -> BaselineSpec:
