@@ -25,8 +25,8 @@ from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
-from ltsedge.validate import is_number
 from ltsedge.files import read_text
+from ltsedge.validate import is_number
 
 # Profile settings that change what is measured (the repeat policy only changes how precisely).
 WORKLOAD_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",

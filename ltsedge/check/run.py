@@ -23,10 +23,10 @@ from ltsedge.check.verdict import Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
-from ltsedge.validate import is_number
 from ltsedge.files import sha256_of
 from ltsedge.runners import Measurement, Runner, runner_factory
 from ltsedge.runners.inputs import resolve_shape
+from ltsedge.validate import is_number
 
 # measure(profile, [(path, shapes), ...]) -> one Measurement per job, in order. Injectable for tests.
 Measure = Callable[[DeviceProfile, list[tuple[Path, dict[str, list[int]]]]], list[Measurement]]
