@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -18,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ltsedge.architecture import Architecture
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.runners import Measurement, Runner, make_inputs, measure, policy, stats
+from ltsedge.runners import Measurement, Runner, make_inputs, measure, policy, stats, timing
 from ltsedge.runners.process import death_reason
 from ltsedge.runners.reference import reference_model
 from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV
@@ -294,8 +295,48 @@ def test_corrupt_and_invalid_models(tmp_path, small_path):
     for m in results:
         assert not m.ok and m.error.startswith("failed to load: ") and "\n" not in m.error
         assert m.weights_mb is None
+        assert m.failure_kind == "model"  # onnxruntime refuses it: every run would, so the store keeps it
     assert "NoSuchOp" in results[2].error
     assert after.ok
+
+
+def test_whose_failure_an_error_is():
+    """onnxruntime refusing a model is the model's failure (kept in the store); its running out of
+    memory, or an error of anything else (ltsedge's own code), is the environment's (measured again)."""
+    from ltsedge.runners.worker import failure_kind
+
+    try:
+        onnxruntime.InferenceSession(b"not a model", providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - whatever onnxruntime raises for it
+        refused = e
+    assert failure_kind(refused, f"failed to load: {refused}") == "model"
+    assert failure_kind(refused, "failed to run (forward): Failed to allocate memory") == "environment"
+    assert failure_kind(ZeroDivisionError("float division by zero"), "failed to run (prefill): float division "
+                                                                      "by zero") == "environment"
+    assert failure_kind(RuntimeError("execution provider CUDAExecutionProvider could not be initialised"),
+                        "failed to load: ...") == "environment"
+
+
+class SteppingClock:
+    """Every read 5 ms after the one before: as if the process were descheduled between any two reads."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 0.005
+        return self.t
+
+
+def test_a_sample_holds_at_least_one_run():
+    """On a loaded machine the process can lose the CPU between the first two clock reads; a sample of
+    zero runs then had no time per run (CI: "failed to run (prefill): float division by zero")."""
+    runs = []
+    count, per_run_ms = timing.runs_filling(lambda: runs.append(1), timing.MIN_SAMPLE_MS, SteppingClock())
+    assert count == 1 and runs == [1] and per_run_ms > 0
+    run = SimpleNamespace(warmup=1, min_runs=6, max_runs=6, max_seconds=10.0, tolerance=0.5)
+    timed = timing.time_paired(lambda: None, lambda: None, 1.0, run, clock=SteppingClock())
+    assert len(timed.ratios) == 6 and all(r > 0 for r in timed.ratios)
 
 
 @pytest.mark.parametrize("code, oom_before, oom_after, log, expected", [

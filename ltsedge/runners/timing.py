@@ -48,9 +48,11 @@ class Timed:
 
 
 def runs_filling(run_once: Callable[[], object], ms: float, clock=time.perf_counter) -> tuple[int, float]:
-    """How many consecutive runs last at least ``ms`` (at most MAX_PER_SAMPLE), and their per-run time."""
+    """How many consecutive runs last at least ``ms`` (at least one, at most MAX_PER_SAMPLE), and their
+    per-run time. At least one: a process descheduled between the first two clock reads would
+    otherwise count zero runs, and a sample of zero runs has no time per run."""
     count, t0 = 0, clock()
-    while count < MAX_PER_SAMPLE and (clock() - t0) * 1000 < ms:
+    while count == 0 or (count < MAX_PER_SAMPLE and (clock() - t0) * 1000 < ms):
         run_once()
         count += 1
     return count, (clock() - t0) * 1000 / max(count, 1)

@@ -128,9 +128,14 @@ def create_session(path: str, run: RunSettings):
 MEMORY_WORDS = ("memory", "allocat", "bad_alloc")
 
 
-def failure_kind(error: str) -> str:
-    """A model's own failure repeats on every run; running out of memory depends on the machine's state."""
-    return "environment" if any(w in error.lower() for w in MEMORY_WORDS) else "model"
+def failure_kind(error: BaseException, message: str) -> str:
+    """"model" for a failure the model will repeat on every run (onnxruntime refuses or fails to run it),
+    which the store keeps; "environment" for one it need not: running out of memory depends on the
+    machine's state, and an error not raised by onnxruntime (ltsedge's own code, an execution provider
+    that did not start) says nothing about the model. Those are measured again next time."""
+    if not type(error).__module__.startswith("onnxruntime"):
+        return "environment"
+    return "environment" if any(w in message.lower() for w in MEMORY_WORDS) else "model"
 
 
 def first_line(error: BaseException) -> str:
@@ -214,9 +219,9 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         t0 = time.perf_counter()
         try:
             session = create_session(request["path"], run)
-        except Exception as e:  # noqa: BLE001 - any load error is the model's failure, reported
+        except Exception as e:  # noqa: BLE001 - any load error is reported; failure_kind says whose it is
             reply["error"] = f"failed to load: {first_line(e)}"
-            reply["failure_kind"] = failure_kind(reply["error"])
+            reply["failure_kind"] = failure_kind(e, reply["error"])
             return reply
         reply["load_seconds"] = time.perf_counter() - t0
         _test_fault(session)
@@ -237,7 +242,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                 result = _time(run_once, ref, run, race if race and race.workload == workload else None, baseline)
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
-                reply["failure_kind"] = failure_kind(reply["error"])
+                reply["failure_kind"] = failure_kind(e, reply["error"])
                 return reply
             timed[workload] = result.to_dict()
             run_once = feeds = None
