@@ -8,8 +8,8 @@ stored too, so a candidate that crashes the runtime is not retried forever.
 Several processes may share one store: WAL journal, a busy timeout, and one statement per write.
 A corrupt or foreign file is reported, never deleted or recreated.
 
-(Over 300 lines for one reason: the schema, its migrations and the corrupt-file handling belong beside
-the queries they guard.)
+Beside the measurements, the architecture behind each exported candidate's model key: a device's
+cost model (``ltsedge.costmodel``) learns from this machine's figures of known architectures.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ltsedge.validate import reject_unknown
 
 ENV_VAR = "LTSEDGE_STORE"
 FILENAME = "measurements.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
 
 KEY_COLUMNS = ("model_key", "fingerprint_hash", "settings_hash", "ort_version")
@@ -37,7 +37,7 @@ FILTER_COLUMNS = KEY_COLUMNS + ("ok", "ltsedge_version")
 
 _CREATE = [
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
-    f"INSERT INTO schema_version (version) VALUES ({SCHEMA_VERSION})",
+    "INSERT INTO schema_version (version) VALUES (1)",  # then migrated to SCHEMA_VERSION
     """CREATE TABLE measurements (
         model_key TEXT NOT NULL,
         fingerprint_hash TEXT NOT NULL,
@@ -52,9 +52,12 @@ _CREATE = [
         PRIMARY KEY (model_key, fingerprint_hash, settings_hash, ort_version)
     )""",
 ]
+# The architecture an exported candidate's model key stands for; export = the key less "arch:<id>".
+_ARCHITECTURES = """CREATE TABLE architectures (
+    model_key TEXT PRIMARY KEY, export TEXT NOT NULL, architecture TEXT NOT NULL)"""
 
 # _MIGRATIONS[v] lists the statements that take a version-v store to version v + 1.
-_MIGRATIONS: dict[int, list[str]] = {}
+_MIGRATIONS: dict[int, list[str]] = {1: [_ARCHITECTURES]}
 
 # A success replaces anything; a failure never replaces a success (one flaky crash must not erase
 # a good measurement), but does replace an older failure (keep the latest reason).
@@ -170,6 +173,24 @@ class MeasurementStore:
         with _sqlite_errors(self.path):
             self._db.execute(_UPSERT, values)
 
+    def put_architecture(self, model_key: str, export: str, architecture: dict[str, Any]) -> None:
+        """Remember which architecture an exported candidate's model key stands for."""
+        with _sqlite_errors(self.path):
+            self._db.execute("INSERT OR IGNORE INTO architectures VALUES (?, ?, ?)",
+                             (model_key, export, _to_json("architecture", model_key, architecture)))
+
+    def measured_architectures(self, fingerprint_hash: str, settings_hash: str, ort_version: str,
+                               export: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(architecture, measurement) of every successful measurement of an exported candidate on
+        this machine, with these settings and onnxruntime, exported this way: oldest first."""
+        query = """SELECT a.architecture, m.measurement, m.model_key FROM measurements m
+                   JOIN architectures a ON a.model_key = m.model_key
+                   WHERE m.ok AND m.fingerprint_hash = ? AND m.settings_hash = ? AND m.ort_version = ?
+                   AND a.export = ? ORDER BY m.created_at, m.rowid"""
+        with _sqlite_errors(self.path):
+            found = self._db.execute(query, (fingerprint_hash, settings_hash, ort_version, export)).fetchall()
+        return [(self._decode(arch, key), self._decode(m, key)) for arch, m, key in found]
+
     def count(self) -> int:
         with _sqlite_errors(self.path):
             return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
@@ -229,6 +250,7 @@ class MeasurementStore:
             if not tables:
                 for statement in _CREATE:
                     db.execute(statement)
+                self._migrate(1)
             elif "schema_version" not in tables:
                 raise LtsedgeError(
                     f"measurement store {self.path} is an SQLite database of something else; "

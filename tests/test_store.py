@@ -271,7 +271,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn.execute("UPDATE schema_version SET version = 99")
     conn.commit()
     conn.close()
-    with pytest.raises(LtsedgeError, match=r"schema version 99, .* only knows up to 1; upgrade ltsedge"):
+    with pytest.raises(LtsedgeError, match=r"schema version 99, .* only knows up to 2; upgrade ltsedge"):
         MeasurementStore(path)
 
 
@@ -279,14 +279,30 @@ def test_older_schema_is_migrated(tmp_path, monkeypatch):
     path = tmp_path / "m.sqlite"
     with MeasurementStore(path) as s:
         put(s, KEY, SUCCESS)
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store, "_MIGRATIONS", {1: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
+    monkeypatch.setattr(store, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(store, "_MIGRATIONS", {**store._MIGRATIONS, 2: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
     with MeasurementStore(path) as s:
         assert s.get(*KEY) == SUCCESS
         assert s.rows()[0]["note"] is None
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     conn.close()
+
+
+def test_a_version_1_store_keeps_its_rows_and_learns_architectures(tmp_path):
+    path = tmp_path / "m.sqlite"
+    with MeasurementStore(path) as s:
+        put(s, KEY, SUCCESS)
+    conn = sqlite3.connect(path)  # as ltsedge wrote it before the architectures table existed
+    conn.execute("DROP TABLE architectures")
+    conn.execute("UPDATE schema_version SET version = 1")
+    conn.commit()
+    conn.close()
+    with MeasurementStore(path) as s:
+        assert s.get(*KEY) == SUCCESS
+        s.put_architecture(KEY[0], ":x=1", {"n_layer": 1})
+        assert s.measured_architectures(*KEY[1:], ":x=1") == [({"n_layer": 1}, SUCCESS)]
+        assert s.measured_architectures(*KEY[1:], ":x=2") == []  # exported otherwise: not this model's
 
 
 def test_default_directory_that_cannot_be_created(tmp_path, monkeypatch):
