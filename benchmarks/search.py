@@ -32,7 +32,7 @@ from ltsedge.runners import Runner
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import CandidateEvaluator
-from ltsedge.search.frontier import HypervolumeScale, pareto_front
+from ltsedge.search.pareto import HypervolumeScale, pareto_front
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
 

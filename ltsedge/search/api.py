@@ -40,6 +40,7 @@ class SearchOptions:
     target_ort: str | None = None
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
+    measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
     scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
     machine: str | None = None  # with several kinds of agents: the machine fingerprint to use
     store_path: Path | None = None
@@ -74,7 +75,7 @@ def resolve(options: SearchOptions):
         space=space, population=options.population or preset.population,
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
-        objective=objective, racing=options.racing,
+        objective=objective, racing=options.racing, measure=_measure(options.measure),
     )
     return settings, profile
 
@@ -103,6 +104,14 @@ def _check_workload(backbone, space, profile, objective: str) -> None:
     if objective != "forward" and profile.context + 1 > limit:
         raise LtsedgeError(f"context {profile.context} + 1 new token is longer than the space's n_positions {limit}: "
                            f"set the profile's [workload] context <= {limit - 1}")
+
+
+def _measure(mode: str) -> str:
+    from ltsedge.search.screening import MEASURE_MODES
+
+    if mode not in MEASURE_MODES:
+        raise LtsedgeError(f"--measure {mode!r} is not one of {', '.join(MEASURE_MODES)}")
+    return mode
 
 
 def _first(*values):

@@ -11,7 +11,7 @@ from pymoo.core.callback import Callback
 
 from ltsedge.proxy import count_params
 from ltsedge.search.checkpoint import RunState
-from ltsedge.search.frontier import HypervolumeScale, pareto_front
+from ltsedge.search.pareto import HypervolumeScale, pareto_front
 
 
 class GenerationCallback(Callback):

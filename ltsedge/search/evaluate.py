@@ -1,9 +1,12 @@
-"""Evaluating candidates: proxy analytically, latency and memory from the store or the device.
+"""Evaluating candidates: proxy analytically, latency and memory from the store, the device or the
+device's cost model.
 
-For each architecture not seen before: count its decoder parameters; look it up in the store; else
-export it, write it to a scratch file, measure it in the runner's worker, record the measurement in
-the store (failures too, with their reason) and in the search's own append-only candidate log, then
-delete the scratch file. Nothing runs beside a measurement: export happens before, never during.
+For each architecture not seen before: count its decoder parameters; look it up in the store; else,
+when the search screens (``screening.py``), predict it and keep the prediction unless its measurement
+could matter; else export it, write it to a scratch file, measure it in the runner's worker, record
+the measurement in the store (failures too, with their reason; its architecture beside it, for the
+cost model) and in the search's own append-only candidate log, then delete the scratch file. Nothing
+runs beside a measurement: export happens before, never during.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ltsedge.architecture import Architecture
+from ltsedge.costmodel.samples import load_cost_model, remember
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
@@ -26,6 +30,7 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.racing import race_for
+from ltsedge.search.screening import Screen, predicted_measurement, prediction_record
 from ltsedge.store import MeasurementStore
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
@@ -43,13 +48,20 @@ class Candidate:
     arch: Architecture
     params: ParamCounts
     measurement: dict
-    source: str  # "measured", "store" or "skipped"
+    # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
+    # "skipped" (outside the parameter budget) or "final" (re-measured strictly from the published file)
+    source: str
     generation: int
     latency_field: str = "latency_ms"  # the measurement's figure the search optimises
+    prediction: dict | None = None  # what the cost model predicted before it was measured, if it did
 
     @property
     def ok(self) -> bool:
         return bool(self.measurement.get("ok"))
+
+    @property
+    def predicted(self) -> bool:
+        return self.source == "predicted"
 
     @property
     def latency_ms(self) -> float | None:
@@ -65,7 +77,7 @@ class Candidate:
             "id": self.arch.id, "generation": self.generation, "source": self.source, "ok": self.ok,
             "feasible": self.ok and not violations, "violations": violations,
             "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
-            "architecture": self.arch.to_dict(), "measurement": self.measurement,
+            "architecture": self.arch.to_dict(), "measurement": self.measurement, "prediction": self.prediction,
         }
 
 
@@ -75,6 +87,7 @@ class EvaluationStats:
     cached: int = 0
     failed: int = 0
     skipped: int = 0
+    predicted: int = 0
     export_seconds: float = 0.0
     load_seconds: float = 0.0
     inference_seconds: float = 0.0
@@ -88,9 +101,11 @@ class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
-                 objective: str = "forward", racing: bool = False):
+                 objective: str = "forward", racing: bool = False, screen: Screen | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         self.objective, self.racing = objective, racing
+        self.screen = screen  # None: every candidate measured (the study's protocol)
+        self._fitted_on = -1  # samples the screen's cost model was last fitted on
         self.variant, self.latency_field = OBJECTIVES[objective]
         self.target_ort, self.target = target_ort, target_for(target_ort)
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
@@ -109,7 +124,7 @@ class CandidateEvaluator:
             try:
                 arch = Architecture.from_dict(record["architecture"])
                 self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
-                                               record["generation"], self.latency_field)
+                                               record["generation"], self.latency_field, record.get("prediction"))
             except (KeyError, TypeError, LtsedgeError):
                 continue  # not a candidate record
 
@@ -129,11 +144,46 @@ class CandidateEvaluator:
                 to_measure.append(arch)
             else:
                 self._record(known)
-        for i in range(0, len(to_measure), CHUNK):
-            for candidate in self._measure(to_measure[i : i + CHUNK], generation):
-                self._record(candidate)
+        if self.screen is None:
+            for i in range(0, len(to_measure), CHUNK):
+                for candidate in self._measure(to_measure[i : i + CHUNK], generation):
+                    self._record(candidate)
+        else:
+            self._screen_and_measure(to_measure, generation)
         self.stats.evaluate_seconds += time.perf_counter() - started
         return [self.seen[a.id] for a in archs]
+
+    def _screen_and_measure(self, archs: list[Architecture], generation: int) -> None:
+        """Measure, a chunk at a time, the candidates whose measurement could matter; after each chunk
+        refit the cost model and judge the rest again against the grown front; predict what remains."""
+        pending = list(archs)
+        while pending:
+            self._refit(pending[0])
+            measured = [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
+            calibration = self.runner.calibrate().reference_ms
+            verdicts = {a.id: self.screen.verdict(a, count_params(a).decoder_params, measured, calibration)
+                        for a in pending}
+            batch = [a for a in pending if verdicts[a.id].measure][:CHUNK]
+            if not batch:
+                for arch in pending:
+                    estimate = verdicts[arch.id].estimate
+                    figures = predicted_measurement(estimate, self.objective, self.variant, calibration)
+                    self._record(Candidate(arch, count_params(arch), figures, "predicted", generation,
+                                           self.latency_field, prediction_record(estimate)))
+                return
+            for candidate in self._measure(batch, generation):
+                estimate = verdicts[candidate.arch.id].estimate
+                candidate.prediction = prediction_record(estimate) if estimate is not None else None
+                self._record(candidate)
+            pending = [a for a in pending if a not in batch]
+
+    def _refit(self, like: Architecture) -> None:
+        """The cost model on every figure of this machine and settings in the store (this search's and
+        earlier ones'), refitted when new figures arrived."""
+        if self.stats.measured + self.stats.cached == self._fitted_on:
+            return
+        self._fitted_on = self.stats.measured + self.stats.cached
+        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.profile, self.target, self.variant))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)
@@ -149,6 +199,8 @@ class CandidateEvaluator:
         # A stored first estimate (raced out) is a real figure with its interval: reused as it is, so that
         # the same seed and store replay the same search; the frontier is re-measured strictly anyway.
         calibration = self.runner.calibrate().reference_ms
+        if stored.get("ok"):
+            remember(self.store, arch, self.store_key(arch)[0])  # figures stored before architectures were
         return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
@@ -210,8 +262,11 @@ class CandidateEvaluator:
                 return
         self.stats.load_seconds += record.get("load_seconds") or 0.0
         self.stats.inference_seconds += record.get("inference_seconds") or 0.0
-        self.store.put(*self.store_key(arch), record, fingerprint=self.fingerprint,
+        key = self.store_key(arch)
+        self.store.put(*key, record, fingerprint=self.fingerprint,
                        settings=measurement_settings(self.profile, variant=self.variant))
+        if record.get("ok"):
+            remember(self.store, arch, key[0])
 
     def _record(self, candidate: Candidate) -> None:
         self.seen[candidate.arch.id] = candidate
@@ -220,6 +275,8 @@ class CandidateEvaluator:
             s.skipped += 1
         elif candidate.source == "store":
             s.cached += 1
+        elif candidate.predicted:
+            s.predicted += 1
         else:
             s.measured += 1
         if candidate.source != "skipped" and not candidate.ok:

@@ -1,4 +1,4 @@
-"""The Pareto frontier, its hypervolume, and the deployable models that publish it.
+"""The deployable models that publish the Pareto frontier (its maths are in ``pareto.py``).
 
 Publishing re-measures each frontier model from the exact file the user receives
 (``models/<id>.onnx``), with a stricter repeat policy, recomputes the front with those figures, and
@@ -10,10 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-from pymoo.indicators.hv import HV
-from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
-
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
@@ -22,51 +18,7 @@ from ltsedge.runners import Runner
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate
 from ltsedge.search.outdir import MODELS, OutputDir
-
-
-def objectives(candidates: list[Candidate]) -> np.ndarray:
-    return np.array([[-c.params.decoder_params, c.latency_ms, c.memory_mb] for c in candidates], dtype=float)
-
-
-def feasible(candidates: list[Candidate], budgets: Budgets) -> list[Candidate]:
-    return [c for c in candidates
-            if c.ok and not budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb)]
-
-
-def pareto_front(candidates: list[Candidate], budgets: Budgets) -> list[Candidate]:
-    """Non-dominated feasible candidates, sorted by decoder parameters."""
-    pool = feasible(candidates, budgets)
-    if not pool:
-        return []
-    best = NonDominatedSorting().do(objectives(pool), only_non_dominated_front=True)
-    return sorted((pool[i] for i in best), key=lambda c: c.params.decoder_params)
-
-
-@dataclass(frozen=True)
-class HypervolumeScale:
-    """Fixed normalisation so hypervolumes of one search (or of compared searches) are comparable."""
-
-    max_params: float
-    ref_latency_ms: float
-    ref_memory_mb: float
-
-    def __call__(self, candidates: list[Candidate]) -> float:
-        if not candidates:
-            return 0.0
-        F = objectives(candidates)
-        normalised = np.column_stack([1 + F[:, 0] / self.max_params, F[:, 1] / self.ref_latency_ms,
-                                      F[:, 2] / self.ref_memory_mb])
-        return float(HV(ref_point=np.ones(3))(normalised))
-
-    @classmethod
-    def from_candidates(cls, candidates: list[Candidate], max_params: int) -> HypervolumeScale:
-        ok = [c for c in candidates if c.ok]
-        latency = max((c.latency_ms for c in ok), default=1.0)
-        memory = max((c.memory_mb for c in ok), default=1.0)
-        return cls(float(max_params), 1.1 * latency, 1.1 * memory)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+from ltsedge.search.pareto import pareto_front
 
 
 @dataclass

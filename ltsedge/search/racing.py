@@ -7,6 +7,7 @@ unit that does not drift with the machine.
 from __future__ import annotations
 
 from ltsedge.runners.racing import Race
+from ltsedge.search.pareto import pareto_front
 
 WORKLOAD = {"forward": "forward", "prefill": "prefill", "decode": "decode"}  # objective -> timed workload
 
@@ -21,10 +22,6 @@ def objective_ratio(measurement: dict, objective: str) -> float | None:
 
 def race_for(params: int, candidates: list, objective: str, budgets, tolerance: float,
              calibration_ms: float) -> Race:
-    from ltsedge.search.frontier import (
-        pareto_front,  # frontier imports the evaluator, which imports this
-    )
-
     front = []
     for c in pareto_front(candidates, budgets):
         ratio = objective_ratio(c.measurement, objective)

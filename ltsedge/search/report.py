@@ -17,9 +17,10 @@ FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "laten
                     "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",
                     "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val",
                     "block_types", "agent"]
-CANDIDATE_COLUMNS = ["id", "generation", "source", "ok", "feasible", "decoder_params", "total_params",
-                     "latency_ms", "latency_p90_ms", "prefill_latency_ms", "decode_latency_ms", "peak_memory_mb",
-                     "error", "violations", "n_layer", "d_model",
+# figures: "measured" or "predicted" (by the device's cost model; then low/high are its interval).
+CANDIDATE_COLUMNS = ["id", "generation", "source", "figures", "ok", "feasible", "decoder_params", "total_params",
+                     "latency_ms", "latency_low_ms", "latency_high_ms", "latency_p90_ms", "prefill_latency_ms",
+                     "decode_latency_ms", "peak_memory_mb", "memory_low_mb", "memory_high_mb", "error", "violations", "n_layer", "d_model",
                      "n_head", "d_inner", "d_embed", "div_val", "block_types", "agent"]
 
 
@@ -83,7 +84,10 @@ def write_outputs(result: SearchResult) -> None:
     for c in sorted(result.candidates, key=lambda c: (c.generation, c.arch.id)):
         record = c.to_record(result.budgets)
         m = c.measurement
-        rows.append({**record, **_flat_arch(c.arch), "latency_ms": m.get("latency_ms"),
+        rows.append({**record, **_flat_arch(c.arch), "figures": "predicted" if c.predicted else "measured",
+                     "latency_ms": m.get("latency_ms"), "latency_low_ms": m.get("latency_low_ms"),
+                     "latency_high_ms": m.get("latency_high_ms"), "memory_low_mb": m.get("memory_low_mb"),
+                     "memory_high_mb": m.get("memory_high_mb"),
                      "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),
                      "prefill_latency_ms": m.get("prefill_latency_ms"), "decode_latency_ms": m.get("decode_latency_ms"),
                      "error": m.get("error") or "", "violations": " ".join(record["violations"]),

@@ -42,9 +42,11 @@ from ltsedge.search.checkpoint import (
 )
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
 from ltsedge.search.finish import finish
-from ltsedge.search.frontier import PublishedModel, pareto_front
+from ltsedge.search.frontier import PublishedModel
+from ltsedge.search.pareto import pareto_front
 from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.problem import ArchitectureProblem, make_operators
+from ltsedge.search.screening import Screen, screening_summary
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
 
@@ -61,6 +63,7 @@ class SearchSettings:
     target_ort: str | None = None
     objective: str = "forward"  # the latency optimised: forward | prefill | decode (see evaluate.OBJECTIVES)
     racing: bool = True  # a first estimate for all, full precision only where the front can change
+    measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -76,7 +79,7 @@ class SearchSettings:
     def _evolution(self) -> dict:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
-                "objective": self.objective, "racing": self.racing}
+                "objective": self.objective, "racing": self.racing, "measure": self.measure}
 
 
 @dataclass
@@ -127,6 +130,8 @@ class SearchRun:
                 target_ort=self.settings.target_ort, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,
+                screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed)
+                if self.settings.measure == "front" else None,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)
@@ -142,10 +147,12 @@ class SearchRun:
         if self.progress:
             self.progress.stop()
         candidates = evaluator.candidates()
+        publish_started = time.time()
         finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
                           outdir, runner_factory=self.runner_factory, log=self.log, with_baseline=not interrupted)
-        result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline,
-                              self._summary(evaluator, len(finished.frontier), started, interrupted),
+        summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
+        summary["publish_seconds"] = time.time() - publish_started  # strict re-measurement, baseline, files
+        result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
                               self.settings.budgets, interrupted)
         report.write_outputs(result)
         self._report(outdir)
@@ -216,6 +223,7 @@ class SearchRun:
             "fingerprint": evaluator.fingerprint, "export": target_for(self.settings.target_ort).to_dict(),
             "generations_completed": self.state.generation, "interrupted": interrupted,
             "wall_seconds": self.elapsed_before + time.time() - started,
-            "evaluation": evaluator.stats.to_dict(), "hypervolume": self.state.hv_history,
+            "evaluation": evaluator.stats.to_dict(), "cost_model": screening_summary(evaluator),
+            "hypervolume": self.state.hv_history,
             "hypervolume_scale": self.state.hv_scale, "frontier_size": frontier_size, "versions": report.versions(),
         }

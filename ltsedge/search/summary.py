@@ -31,10 +31,17 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
     state = "interrupted" if result.interrupted else "done"
     console.print(
         f"[bold]ltsedge search {state}[/]: {s['generations_completed']} generations, "
-        f"{ev['measured']} measured, {ev['cached']} from the store, {ev['failed']} failed, "
+        f"{ev['measured']} measured, {ev['cached']} from the store, {ev.get('predicted', 0)} predicted, "
+        f"{ev['failed']} failed, "
         f"{ev['skipped']} outside the parameter budget, {s['wall_seconds'] / 60:.1f} min on {s['device']['name']}"
     )
     objective = s["settings"].get("objective", "forward")
+    model = s.get("cost_model") or {}
+    checked = [f"{name} {model[name]['median_error']:.1%} (interval held {model[name]['interval_coverage']:.0%})"
+               for name in (objective, "memory_mb") if name in model]
+    if checked:
+        console.print(f"cost model, on the {model[objective]['checked']} candidates measured after being predicted: "
+                      f"median error " + ", ".join(checked))
     latency = {"forward": "latency ms (p90)", "prefill": "prefill ms (p90)", "decode": "ms/token (p90)"}[objective]
     table = Table(title=f"Pareto frontier ({len(result.frontier)} models, objective: {objective})")
     for column in ("id", "decoder params", latency, "peak MB", "layers x d_model"):

@@ -1,0 +1,85 @@
+"""A device's cost model: each workload's latency ratio and the peak memory of an architecture,
+predicted from this machine's own measurements of other architectures, with intervals.
+
+It is only ever fitted on figures of one machine fingerprint, one set of measurement settings, one
+onnxruntime and one way of exporting (``samples.py`` selects them by the store's keys), so a model
+from another machine or other settings cannot be used by mistake: it would have no samples.
+Latency is predicted as a ratio to the reference model, the unit that travels between runs; the
+milliseconds follow from a run's calibration like every measured figure's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltsedge.costmodel.features import LATENCY_FEATURES, MEMORY_FEATURES, Shapes, latency_features, memory_features
+from ltsedge.costmodel.fit import MIN_SAMPLES, Prediction, RelativeLinearFit
+
+MEMORY = "memory"
+
+
+def workloads_of(variant: str) -> tuple[str, ...]:
+    return ("prefill", "decode") if variant == "generate" else ("forward",)
+
+
+def measured_ratio(measurement: dict, workload: str) -> float | None:
+    workloads = measurement.get("workloads") or {}
+    if workload in workloads:
+        return workloads[workload].get("latency_ratio")
+    return measurement.get("latency_ratio") if measurement.get("workload", "forward") == workload else None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted figures of one architecture: per workload its latency ratio, and peak memory (MB)."""
+
+    ratios: dict[str, Prediction]
+    memory_mb: Prediction
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.memory_mb.extrapolated or any(p.extrapolated for p in self.ratios.values())
+
+
+class CostModel:
+    def __init__(self, samples: list[tuple], profile, variant: str, coverage: float = 0.9):
+        """``samples``: (Architecture, measurement dict) pairs measured with ``profile`` and ``variant``."""
+        self.variant, self.coverage = variant, coverage
+        self.workloads = workloads_of(variant)
+        self.shapes = {w: Shapes.of(w, profile) for w in self.workloads}
+        self.samples = [(a, m) for a, m in samples if m.get("ok") and m.get("peak_memory_mb")]
+        self.fits: dict[str, RelativeLinearFit] = {}
+        for target in (*self.workloads, MEMORY):
+            rows = [(self._features(a, target), self._figure(m, target)) for a, m in self.samples]
+            rows = [(x, y) for x, y in rows if y is not None and y > 0]
+            if len(rows) >= MIN_SAMPLES:
+                X, y = zip(*rows)
+                names = MEMORY_FEATURES if target == MEMORY else LATENCY_FEATURES
+                self.fits[target] = RelativeLinearFit(np.array(X), np.array(y), names, coverage)
+
+    @property
+    def ready(self) -> bool:
+        return all(t in self.fits for t in (*self.workloads, MEMORY))
+
+    def predict(self, arch) -> Estimate:
+        if not self.ready:
+            raise ValueError(f"the cost model has {len(self.samples)} samples; it needs {MIN_SAMPLES}")
+        ratios = {w: self.fits[w].predict(self._features(arch, w)) for w in self.workloads}
+        return Estimate(ratios, self.fits[MEMORY].predict(self._features(arch, MEMORY)))
+
+    def accuracy(self) -> dict:
+        """Leave-one-out accuracy per target (see ``RelativeLinearFit.accuracy``)."""
+        return {target: fit.accuracy() for target, fit in self.fits.items()}
+
+    def _features(self, arch, target: str) -> list[float]:
+        if target == MEMORY:
+            values = memory_features(arch, self.shapes)
+            return [values[k] for k in MEMORY_FEATURES]
+        values = latency_features(arch, self.shapes[target])
+        return [values[k] for k in LATENCY_FEATURES]
+
+    @staticmethod
+    def _figure(measurement: dict, target: str) -> float | None:
+        return measurement.get("peak_memory_mb") if target == MEMORY else measured_ratio(measurement, target)

@@ -1,0 +1,42 @@
+"""A cost model's training figures: this machine's measurements in the store, selected by its keys.
+
+Every candidate a search (or ``ltsedge costmodel``) measures is stored under its full key — model
+(architecture and export settings), machine fingerprint, measurement settings, onnxruntime — and
+its architecture is remembered beside it. The samples of a cost model are exactly the rows whose
+machine, settings, onnxruntime and export settings are the ones asked for, so a second search on
+the same device starts from the first one's figures, and no other machine's figure is ever used.
+"""
+
+from __future__ import annotations
+
+from ltsedge.architecture import Architecture
+from ltsedge.costmodel.model import CostModel
+from ltsedge.errors import LtsedgeError
+from ltsedge.keys import candidate_model_key, measurement_key
+
+
+def export_settings(model_key: str) -> str:
+    """``arch:<id>:graph=1:ir=10...`` -> ``graph=1:ir=10...``: the part every architecture shares."""
+    parts = model_key.split(":", 2)
+    return parts[2] if len(parts) == 3 else ""
+
+
+def remember(store, arch: Architecture, model_key: str) -> None:
+    store.put_architecture(model_key, export_settings(model_key), arch.to_dict())
+
+
+def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str) -> list[tuple]:
+    """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
+    export target and variant, machine, settings, onnxruntime)."""
+    key = measurement_key(candidate_model_key(like, target, variant), fingerprint, profile, variant=variant)
+    samples = []
+    for arch, measurement in store.measured_architectures(*key[1:], export_settings(key[0])):
+        try:
+            samples.append((Architecture.from_dict(arch), measurement))
+        except LtsedgeError:
+            continue  # an architecture this version no longer accepts: not a sample
+    return samples
+
+
+def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str) -> CostModel:
+    return CostModel(load_samples(store, like, fingerprint, profile, target, variant), profile, variant)

@@ -1,0 +1,62 @@
+"""Pareto maths over evaluated candidates: feasibility, the non-dominated front, its hypervolume.
+
+Pure functions of the candidates' figures (anything with ``ok``, ``predicted``, ``params``,
+``latency_ms`` and ``memory_mb``); nothing here exports, measures or imports the evaluator. Only
+measured figures make a front: a predicted candidate guides the search but is never on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pymoo.indicators.hv import HV
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+from ltsedge.search.budgets import Budgets
+
+
+def objectives(candidates: list) -> np.ndarray:
+    return np.array([[-c.params.decoder_params, c.latency_ms, c.memory_mb] for c in candidates], dtype=float)
+
+
+def feasible(candidates: list, budgets: Budgets) -> list:
+    """Measured candidates within the budgets (a prediction is never feasible: it was not measured)."""
+    return [c for c in candidates
+            if c.ok and not getattr(c, "predicted", False) and not budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb)]
+
+
+def pareto_front(candidates: list, budgets: Budgets) -> list:
+    """Non-dominated feasible candidates, sorted by decoder parameters."""
+    pool = feasible(candidates, budgets)
+    if not pool:
+        return []
+    best = NonDominatedSorting().do(objectives(pool), only_non_dominated_front=True)
+    return sorted((pool[i] for i in best), key=lambda c: c.params.decoder_params)
+
+
+@dataclass(frozen=True)
+class HypervolumeScale:
+    """Fixed normalisation so hypervolumes of one search (or of compared searches) are comparable."""
+
+    max_params: float
+    ref_latency_ms: float
+    ref_memory_mb: float
+
+    def __call__(self, candidates: list) -> float:
+        if not candidates:
+            return 0.0
+        F = objectives(candidates)
+        normalised = np.column_stack([1 + F[:, 0] / self.max_params, F[:, 1] / self.ref_latency_ms,
+                                      F[:, 2] / self.ref_memory_mb])
+        return float(HV(ref_point=np.ones(3))(normalised))
+
+    @classmethod
+    def from_candidates(cls, candidates: list, max_params: int) -> HypervolumeScale:
+        ok = [c for c in candidates if c.ok and not getattr(c, "predicted", False)]
+        latency = max((c.latency_ms for c in ok), default=1.0)
+        memory = max((c.memory_mb for c in ok), default=1.0)
+        return cls(float(max_params), 1.1 * latency, 1.1 * memory)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)

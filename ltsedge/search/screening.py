@@ -1,0 +1,133 @@
+"""Which new candidates a search measures, and the predicted figures of those it does not.
+
+With ``--measure front`` (the default) a candidate is measured only where its measurement could
+matter: when the cost model is not ready yet (too few samples of this machine and settings), when
+its optimistic prediction (the low ends of its intervals) is not dominated by the front measured so
+far, when its interval straddles a budget, when it lies outside the range the model was fitted on,
+or when it falls in the audit share (a fixed, seeded fraction measured whatever the prediction, so
+the model's accuracy is checked on candidates it did not choose). Everything else keeps its
+prediction, marked as such: NSGA-II ranks it, nothing publishes or reports it as measured.
+``--measure all`` measures every candidate, as the study did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ltsedge.costmodel import CostModel, Estimate
+from ltsedge.search.budgets import Budgets
+from ltsedge.search.pareto import pareto_front
+from ltsedge.search.racing import objective_ratio
+
+MEASURE_MODES = ("front", "all")
+AUDIT_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Verdict:
+    measure: bool
+    reason: str  # why: "no cost model yet", "could enter the front", "near a budget", "audit", ...
+    estimate: Estimate | None = None
+
+
+def audited(seed: int, arch_id: str, share: float = AUDIT_SHARE) -> bool:
+    """A fixed share of candidates, the same ones for the same seed (resume replays it exactly)."""
+    digest = hashlib.sha256(f"{seed}:{arch_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+class Screen:
+    def __init__(self, objective: str, budgets: Budgets, seed: int, audit_share: float = AUDIT_SHARE):
+        self.objective, self.budgets, self.seed, self.audit_share = objective, budgets, seed, audit_share
+        self.model: CostModel | None = None
+
+    def use(self, model: CostModel) -> None:
+        self.model = model
+
+    def verdict(self, arch, params: int, measured: list, calibration_ms: float) -> Verdict:
+        """Whether ``arch`` (with ``params`` decoder parameters) must be measured, given the candidates
+        measured so far."""
+        if self.model is None or not self.model.ready:
+            return Verdict(True, "no cost model yet")
+        estimate = self.model.predict(arch)
+        ratio, memory = estimate.ratios[self.objective], estimate.memory_mb
+        if estimate.extrapolated:
+            return Verdict(True, "outside the fitted range", estimate)
+        budget = self._budget_verdict(params, ratio, memory, calibration_ms)
+        if budget is not None:
+            return Verdict(budget[0], budget[1], estimate)
+        if audited(self.seed, arch.id, self.audit_share):
+            return Verdict(True, "audit", estimate)
+        for c in pareto_front(measured, self.budgets):
+            front_ratio = objective_ratio(c.measurement, self.objective)
+            if front_ratio is None or c.memory_mb is None:
+                continue
+            if (c.params.decoder_params >= params and front_ratio <= ratio.low and c.memory_mb <= memory.low
+                    and (c.params.decoder_params > params or front_ratio < ratio.low or c.memory_mb < memory.low)):
+                return Verdict(False, "dominated by the measured front", estimate)
+        return Verdict(True, "could enter the front", estimate)
+
+    def _budget_verdict(self, params, ratio, memory, calibration_ms) -> tuple[bool, str] | None:
+        b = self.budgets
+        limits = []
+        if b.max_latency_ms is not None:
+            limits.append((ratio, b.max_latency_ms / calibration_ms))
+        if b.max_memory_mb is not None:
+            limits.append((memory, b.max_memory_mb))
+        for prediction, limit in limits:
+            if prediction.low > limit:
+                return False, "over a budget"
+        for prediction, limit in limits:
+            if prediction.high > limit:
+                return True, "near a budget"
+        return None
+
+
+def predicted_measurement(estimate: Estimate, objective: str, variant: str, calibration_ms: float) -> dict:
+    """A candidate's predicted figures in the shape of a measurement, marked ``predicted``: ratios
+    and intervals per workload, milliseconds through the run's calibration, memory with its interval."""
+    workloads = {}
+    for name, p in estimate.ratios.items():
+        workloads[name] = {"latency_ratio": p.value, "latency_ms": p.value * calibration_ms,
+                           "latency_low_ms": p.low * calibration_ms, "latency_high_ms": p.high * calibration_ms}
+    primary = "decode" if variant == "generate" else "forward"
+    out = {"ok": True, "predicted": True, "extrapolated": estimate.extrapolated, "calibration_ms": calibration_ms,
+           "workload": primary, **{k: v for k, v in workloads[primary].items()},
+           "peak_memory_mb": estimate.memory_mb.value, "memory_low_mb": estimate.memory_mb.low,
+           "memory_high_mb": estimate.memory_mb.high}
+    if variant == "generate":
+        out["workloads"] = workloads
+        out["prefill_latency_ms"] = workloads["prefill"]["latency_ms"]
+        out["decode_latency_ms"] = workloads["decode"]["latency_ms"]
+    return out
+
+
+def prediction_record(estimate: Estimate) -> dict:
+    """What was predicted for a candidate before it was measured (its figures then say how good)."""
+    return {**{name: p.to_dict() for name, p in estimate.ratios.items()}, "memory_mb": estimate.memory_mb.to_dict()}
+
+
+def screening_summary(evaluator) -> dict:
+    """How the search spent its measurements, and how good the cost model's predictions were on the
+    candidates measured after being predicted (held out: each prediction was made before its figure
+    was known): median absolute relative error and the share inside the stated interval."""
+    candidates = evaluator.candidates()
+    out = {"measure": "front" if evaluator.screen is not None else "all", "evaluated": len(candidates),
+           "measured": sum(c.source in ("measured", "store") for c in candidates),
+           "predicted": sum(c.predicted for c in candidates)}
+    checked = [c for c in candidates if c.prediction and c.ok and not c.predicted]
+    for target in (evaluator.objective, "memory_mb"):
+        errors, inside = [], 0
+        for c in checked:
+            p = c.prediction.get(target)
+            actual = c.memory_mb if target == "memory_mb" else objective_ratio(c.measurement, evaluator.objective)
+            if not p or actual is None or not p["value"]:
+                continue
+            errors.append(abs(actual / p["value"] - 1))
+            inside += p["low"] <= actual <= p["high"]
+        if errors:
+            errors.sort()
+            out[target] = {"checked": len(errors), "median_error": errors[len(errors) // 2],
+                           "interval_coverage": inside / len(errors)}
+    return out

@@ -1,0 +1,297 @@
+"""The device's cost model: counts, the fit and its interval, samples only from this machine, what a
+search measures and predicts with it, and ``ltsedge predict`` / ``ltsedge costmodel``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ltsedge.architecture import Architecture
+from ltsedge.costmodel import MIN_SAMPLES, CostModel
+from ltsedge.costmodel.features import LATENCY_FEATURES, MEMORY_FEATURES, Shapes, latency_features, memory_features
+from ltsedge.costmodel.fit import RelativeLinearFit
+from ltsedge.costmodel.samples import load_samples, remember
+from ltsedge.devices import load_profile
+from ltsedge.exporters import architecture_of
+from ltsedge.keys import candidate_model_key, measurement_key
+from ltsedge.ortcompat import target_for
+from ltsedge.proxy import count_params
+from ltsedge.runners.measurement import Measurement
+from ltsedge.runners.policy import Calibration
+from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.budgets import Budgets
+from ltsedge.search.run import SearchRun
+from ltsedge.search.screening import Screen, audited
+from ltsedge.store import MeasurementStore
+from tests.conftest import tiny_arch, tiny_space
+
+PROFILE = load_profile("cpu").replace(sequence=16, context=16)
+
+
+# --- counts --------------------------------------------------------------------------------------
+def test_a_decode_step_reads_every_decoder_weight_once_and_the_whole_cache():
+    arch = tiny_arch(n_layer=2, d_model=64)
+    f = latency_features(arch, Shapes.of("decode", PROFILE))
+    assert f["dense_macs"] == count_params(arch).decoder_params  # one token through every block
+    assert f["cache_bytes"] == 2 * 4 * (16 + 1) * 64 * 2  # keys and values, fp32, context + the new token
+    prefill = latency_features(arch, Shapes.of("prefill", PROFILE))
+    assert prefill["dense_macs"] == 16 * f["dense_macs"] and prefill["weight_bytes"] == f["weight_bytes"]
+
+
+def test_an_ffn_only_layer_has_no_attention_cost():
+    standard = tiny_arch(n_layer=2, n_head=[2, 2], d_inner=[128, 128])
+    par = tiny_arch(n_layer=2, n_head=[2, 2], d_inner=[128, 128], block_types=["attn_ffn", "ffn"])
+    s, p = (latency_features(a, Shapes.of("prefill", PROFILE)) for a in (standard, par))
+    assert p["attention_macs"] == s["attention_macs"] / 2 and p["heads"] == s["heads"] / 2
+    assert p["dense_macs"] < s["dense_macs"]
+
+
+def test_adaptive_embeddings_shrink_the_output_layer_and_memory_counts_it():
+    plain = tiny_arch(d_model=64)
+    adaptive = tiny_arch(d_model=64, d_embed=64, div_val=4)
+    shapes = Shapes.of("prefill", PROFILE)
+    assert latency_features(adaptive, shapes)["output_macs"] < latency_features(plain, shapes)["output_macs"]
+    m = memory_features(plain, {"prefill": shapes})
+    assert m["embedding_mb"] == 4 * count_params(plain).embedding_params / 2**20
+
+
+# --- the fit -------------------------------------------------------------------------------------
+def synthetic(n: int, seed: int, noise: float = 0.03):
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.ones(n), rng.uniform(1, 10, n), rng.uniform(0, 5, n)])
+    y = X @ np.array([2.0, 0.5, 1.5]) * rng.lognormal(0.0, noise, n)
+    return X, y
+
+
+def test_the_fit_recovers_a_linear_cost_and_its_interval_covers_fresh_points():
+    X, y = synthetic(60, seed=0)
+    fit = RelativeLinearFit(X, y, ("a", "b", "c"), coverage=0.9)
+    assert np.allclose(fit.weights, [2.0, 0.5, 1.5], rtol=0.15)
+    assert fit.accuracy()["median_error"] < 0.04  # held out, near the 3% noise
+    fresh_X, fresh_y = synthetic(400, seed=1)
+    inside = [p.low <= t <= p.high for p, t in zip(map(fit.predict, fresh_X), fresh_y)]
+    assert 0.82 <= np.mean(inside) <= 0.99  # the stated 90%, within sampling error of 60 calibration points
+
+
+def test_weights_are_never_negative_even_where_noise_would_make_them_so():
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.ones(30), rng.uniform(1, 10, 30), rng.uniform(1, 10, 30)])
+    y = 1 + 0.3 * X[:, 1] + rng.normal(0, 0.05, 30)  # the last column costs nothing
+    assert (RelativeLinearFit(X, y, ("a", "b", "c")).weights >= 0).all()
+
+
+def test_a_point_outside_the_fitted_range_is_marked_and_its_interval_widened():
+    X, y = synthetic(40, seed=2)
+    fit = RelativeLinearFit(X, y, ("a", "b", "c"))
+    inside, outside = fit.predict([1, 5, 2]), fit.predict([1, 50, 2])
+    assert not inside.extrapolated and outside.extrapolated
+    assert (outside.high / outside.value) - 1 > (inside.high / inside.value) - 1
+
+
+def test_too_few_samples_make_no_model():
+    X, y = synthetic(MIN_SAMPLES - 1, seed=0)
+    with pytest.raises(ValueError, match="at least"):
+        RelativeLinearFit(X, y, ("a", "b", "c"))
+
+
+# --- samples: this machine, these settings, this export --------------------------------------------
+def fake_figures(arch: Architecture, profile=PROFILE, noise: float = 0.0, seed: int = 0) -> Measurement:
+    """A machine whose costs are exactly linear in the counts (plus optional noise)."""
+    rng = np.random.default_rng(seed)
+    ratios = {}
+    for name in ("prefill", "decode"):
+        f = latency_features(arch, Shapes.of(name, profile))
+        ratios[name] = (0.05 + f["kernels"] * 1e-3 + f["dense_macs"] * 2e-7 + f["output_macs"] * 1e-7) \
+            * rng.lognormal(0, noise)
+    memory = memory_features(arch, {w: Shapes.of(w, profile) for w in ("prefill", "decode")})
+    mb = (5 + 1.3 * memory["decoder_mb"] + memory["embedding_mb"]) * rng.lognormal(0, noise)
+    return Measurement(ok=True, latency_ms=ratios["decode"], latency_ratio=ratios["decode"], calibration_ms=1.0,
+                       workload="decode", decode_latency_ms=ratios["decode"], prefill_latency_ms=ratios["prefill"],
+                       workloads={n: {"latency_ms": r, "latency_ratio": r} for n, r in ratios.items()},
+                       peak_memory_mb=mb, runs=6, converged=True)
+
+
+def put_sample(store, arch, fingerprint, profile=PROFILE):
+    key = measurement_key(candidate_model_key(arch, target_for(None), "generate"), fingerprint, profile,
+                          variant="generate")
+    store.put(*key, fake_figures(arch, profile).to_dict(), fingerprint=fingerprint, settings={})
+    remember(store, arch, key[0])
+
+
+def test_samples_come_only_from_this_machine_these_settings_and_this_export(tmp_path):
+    here, there = {"cpu_model": "here", "onnxruntime": "1.0"}, {"cpu_model": "there", "onnxruntime": "1.0"}
+    archs = tiny_space().sample(12, seed=0)
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        for a in archs[:10]:
+            put_sample(store, a, here)
+        for a in archs[10:]:
+            put_sample(store, a, there)
+        put_sample(store, archs[0], here, PROFILE.replace(sequence=8))  # other settings
+        found = load_samples(store, archs[0], here, PROFILE, target_for(None), "generate")
+        assert sorted(a.id for a, _ in found) == sorted(a.id for a in archs[:10])
+        assert load_samples(store, archs[0], here, PROFILE, target_for(None), "forward") == []  # other export
+        assert len(load_samples(store, archs[0], there, PROFILE, target_for(None), "generate")) == 2
+
+
+def test_a_model_of_an_exactly_linear_machine_predicts_it():
+    archs = tiny_space().sample(30, seed=1)
+    model = CostModel([(a, fake_figures(a).to_dict()) for a in archs[:20]], PROFILE, "generate")
+    assert model.ready
+    for a in archs[20:]:
+        truth, estimate = fake_figures(a), model.predict(a)
+        assert estimate.ratios["decode"].value == pytest.approx(truth.decode_latency_ms, rel=1e-3)
+        assert estimate.memory_mb.value == pytest.approx(truth.peak_memory_mb, rel=1e-3)
+
+
+# --- screening -------------------------------------------------------------------------------------
+class FrontPoint:
+    def __init__(self, params, ratio, memory):
+        self.params = type("P", (), {"decoder_params": params})()
+        self.measurement = {"ok": True, "workloads": {"decode": {"latency_ratio": ratio}}}
+        self.latency_ms, self.memory_mb, self.ok, self.predicted = ratio, memory, True, False
+
+
+def test_screening_measures_what_could_enter_the_front_and_predicts_the_dominated():
+    archs = tiny_space().sample(40, seed=2)
+    model = CostModel([(a, fake_figures(a).to_dict()) for a in archs[:20]], PROFILE, "generate")
+    screen = Screen("decode", Budgets(), seed=0, audit_share=0.0)
+    screen.use(model)
+    arch = archs[25]
+    params, estimate = count_params(arch).decoder_params, model.predict(arch)
+    ratio, memory = estimate.ratios["decode"].value, estimate.memory_mb.value
+    better = FrontPoint(params * 2, ratio / 2, memory / 2)
+    worse = FrontPoint(params // 2, ratio * 2, memory * 2)
+    assert not screen.verdict(arch, params, [better], 1.0).measure
+    assert screen.verdict(arch, params, [worse], 1.0).measure
+    assert screen.verdict(arch, params, [], 1.0).reason == "could enter the front"
+    over = Screen("decode", Budgets(max_memory_mb=memory / 2), seed=0, audit_share=0.0)
+    over.use(model)
+    assert over.verdict(arch, params, [], 1.0).reason == "over a budget"
+    near = Screen("decode", Budgets(max_memory_mb=memory), seed=0, audit_share=0.0)
+    near.use(model)
+    assert near.verdict(arch, params, [better], 1.0).reason == "near a budget"
+
+
+def test_the_audit_share_is_fixed_by_the_seed():
+    ids = [f"gpt2-L1-d64-{i:010d}" for i in range(4000)]
+    chosen = [audited(7, i) for i in ids]
+    assert 0.04 < np.mean(chosen) < 0.06
+    assert chosen == [audited(7, i) for i in ids] and chosen != [audited(8, i) for i in ids]
+
+
+# --- a search that predicts ------------------------------------------------------------------------
+class LinearMachine:
+    """A runner whose figures are the exactly-linear machine's: measurement without timing noise."""
+
+    measured: list[str] = []
+
+    def __init__(self, profile, log=None, **_):
+        self.profile = profile
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def fingerprint(self):
+        return {"cpu_model": "linear machine", "onnxruntime": "1.0"}
+
+    def calibrate(self):
+        return Calibration(1.0, 0.0)
+
+    def use_calibration(self, calibration):
+        pass
+
+    def measure_many(self, models, on_result=None, race=None, **_):
+        results = []
+        for i, path in enumerate(models):
+            arch = architecture_of(path)
+            LinearMachine.measured.append(arch.id)
+            m = fake_figures(arch, self.profile)
+            results.append(m)
+            if on_result:
+                on_result(i, m)
+        return results
+
+
+def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite"):
+    options = SearchOptions(preset="smoke", out=tmp_path / f"out-{measure}", population=16, generations=4, seed=3,
+                            store_path=tmp_path / store_name, quiet=True, measure=measure, baseline=False)
+    settings, profile = resolve(options)
+    LinearMachine.measured = []
+    with MeasurementStore(options.store_path) as store:
+        return SearchRun(settings, profile, options.out, store, log=lambda m: None,
+                         runner_factory=LinearMachine).run()
+
+
+def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_path):
+    result = linear_search(tmp_path, "front")
+    by_source = {}
+    for c in result.candidates:
+        by_source.setdefault(c.source, []).append(c)
+    predicted = by_source.get("predicted", [])
+    assert predicted, "an exact cost model left nothing to predict"
+    assert all(c.measurement["predicted"] for c in predicted)
+    assert not {c.arch.id for c in predicted} & set(LinearMachine.measured)  # predicted = never measured
+    published = {p.candidate.arch.id for p in result.frontier}
+    assert published and not published & {c.arch.id for c in predicted}
+    rows = list(csv.DictReader((result.out_dir / "candidates.csv").open()))
+    assert {r["id"] for r in rows if r["figures"] == "predicted"} == {c.arch.id for c in predicted}
+    assert all(float(r["latency_low_ms"]) <= float(r["latency_ms"]) <= float(r["latency_high_ms"])
+               for r in rows if r["figures"] == "predicted")
+    summary = json.loads((result.out_dir / "search.json").read_text())["cost_model"]
+    assert summary["predicted"] == len(predicted) and summary["decode"]["median_error"] < 0.01
+
+
+def test_measure_all_measures_every_candidate(tmp_path):
+    result = linear_search(tmp_path, "all")
+    assert not any(c.predicted for c in result.candidates)
+    assert {c.arch.id for c in result.candidates} <= set(LinearMachine.measured)
+
+
+def test_the_predicted_search_finds_the_front_of_measuring_everything(tmp_path):
+    """On an exact machine, screening loses nothing: the published front is the one measuring every
+    candidate finds, or dominates it (it evaluated the same offspring where their figures agreed)."""
+    everything = linear_search(tmp_path, "all", "a.sqlite")
+    screened = linear_search(tmp_path, "front", "b.sqlite")
+    hv = lambda r: r.summary["hypervolume"][-1]["hypervolume"]  # noqa: E731
+    assert hv(screened) >= 0.98 * hv(everything)
+
+
+# --- the commands ------------------------------------------------------------------------------------
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
+    store, arch = tmp_path / "s.sqlite", tmp_path / "arch.json"
+    arch.write_text(Architecture(n_layer=2, d_model=64, n_head=[2, 4], d_inner=[128, 96], d_embed=32, div_val=2,
+                                 vocab_size=512, n_positions=64).to_json())
+    refused = run_cli("predict", arch, "--preset", "smoke", "--store", store)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "ltsedge costmodel --device cpu --preset smoke" in refused.stderr
+    built = run_cli("costmodel", "--preset", "smoke", "--samples", "12", "--store", store, "--json")
+    assert built.returncode == 0, built.stderr
+    report = json.loads(built.stdout)
+    assert report["samples"] >= MIN_SAMPLES and report["ready"] and set(report["accuracy"]) == {
+        "prefill", "decode", "memory"}
+    answer = run_cli("predict", arch, "--preset", "smoke", "--store", store, "--json")
+    assert answer.returncode == 0, answer.stderr
+    figures = json.loads(answer.stdout)
+    decode = figures["workloads"]["decode"]
+    assert figures["predicted"] and decode["latency_low_ms"] <= decode["latency_ms"] <= decode["latency_high_ms"]
+    assert figures["memory_low_mb"] <= figures["peak_memory_mb"] <= figures["memory_high_mb"]
+    huge = tmp_path / "huge.json"  # far outside the smoke space: a warning, wider intervals, still figures
+    huge.write_text(Architecture(n_layer=8, d_model=256, n_head=[4] * 8, d_inner=[1024] * 8, vocab_size=512,
+                                 n_positions=64).to_json())
+    far = run_cli("predict", huge, "--preset", "smoke", "--store", store)
+    assert far.returncode == 0 and "extrapolates" in far.stderr and "peak memory" in far.stdout
+    elsewhere = run_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
+    assert elsewhere.returncode == 2 and "no cost model" in elsewhere.stderr
