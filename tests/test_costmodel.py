@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ from ltsedge.runners.policy import Calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.run import SearchRun
-from ltsedge.search.screening import Screen, audited
+from ltsedge.search.screening import Screen, Verdict, audited, plan, promise
 from ltsedge.store import MeasurementStore
 from tests.conftest import tiny_arch, tiny_space
 
@@ -177,6 +178,23 @@ def test_screening_measures_what_could_enter_the_front_and_predicts_the_dominate
     assert near.verdict(arch, params, [better], 1.0).reason == "near a budget"
 
 
+def test_promise_says_how_far_beyond_the_front_a_point_lies():
+    front = [(100, 2.0, 50.0), (200, 4.0, 80.0)]
+    assert promise(300, 1.0, 10.0, front) == float("inf")  # more parameters than any front model
+    assert promise(150, 4.0, 100.0, front) == pytest.approx(1.0)  # the 200-parameter model dominates it
+    assert promise(150, 2.0, 100.0, front) == pytest.approx(2.0)  # twice as fast as it
+    assert promise(50, 1.0, 25.0, front) == pytest.approx(2.0)  # beats both on both: the closer one counts
+
+
+def test_a_generation_measures_its_share_by_promise_and_every_audit():
+    verdicts = {"a": Verdict(True, "could enter the front", promise=1.2),
+                "b": Verdict(True, "could enter the front", promise=3.0),
+                "c": Verdict(True, "audit"), "d": Verdict(False, "dominated by the measured front", promise=0.5),
+                "e": Verdict(True, "near a budget", promise=2.0)}
+    assert plan(verdicts, 2) == ["c", "b", "e"]
+    assert plan(verdicts, 0) == ["c"]
+
+
 def test_the_audit_share_is_fixed_by_the_seed():
     ids = [f"gpt2-L1-d64-{i:010d}" for i in range(4000)]
     chosen = [audited(7, i) for i in ids]
@@ -247,6 +265,10 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
                for r in rows if r["figures"] == "predicted")
     summary = json.loads((result.out_dir / "search.json").read_text())["cost_model"]
     assert summary["predicted"] == len(predicted) and summary["decode"]["median_error"] < 0.01
+    for generation in range(2, 5):  # the model is ready from the first generation's 16 figures on
+        offspring = [c for c in result.candidates if c.generation == generation]
+        measured = [c for c in offspring if not c.predicted and not audited(3, c.arch.id)]
+        assert len(measured) <= math.ceil(0.15 * 16)
 
 
 def test_measure_all_measures_every_candidate(tmp_path):

@@ -11,6 +11,7 @@ runs beside a measurement: export happens before, never during.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.racing import race_for
-from ltsedge.search.screening import Screen, predicted_measurement, prediction_record
+from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record
 from ltsedge.store import MeasurementStore
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
@@ -149,13 +150,14 @@ class CandidateEvaluator:
                 for candidate in self._measure(to_measure[i : i + CHUNK], generation):
                     self._record(candidate)
         else:
-            self._screen_and_measure(to_measure, generation)
+            self._screen_and_measure(to_measure, generation, share=math.ceil(self.screen.share * len(archs)))
         self.stats.evaluate_seconds += time.perf_counter() - started
         return [self.seen[a.id] for a in archs]
 
-    def _screen_and_measure(self, archs: list[Architecture], generation: int) -> None:
-        """Measure, a chunk at a time, the candidates whose measurement could matter; after each chunk
-        refit the cost model and judge the rest again against the grown front; predict what remains."""
+    def _screen_and_measure(self, archs: list[Architecture], generation: int, share: int) -> None:
+        """Measure, a chunk at a time, the candidates whose measurement could matter (at most ``share``
+        of them by promise, audits aside); after each chunk refit the cost model and judge the rest
+        again against the grown front; predict what remains."""
         pending = list(archs)
         while pending:
             self._refit(pending[0])
@@ -163,7 +165,9 @@ class CandidateEvaluator:
             calibration = self.runner.calibrate().reference_ms
             verdicts = {a.id: self.screen.verdict(a, count_params(a).decoder_params, measured, calibration)
                         for a in pending}
-            batch = [a for a in pending if verdicts[a.id].measure][:CHUNK]
+            chosen = set(plan(verdicts, share)[:CHUNK])
+            batch = [a for a in pending if a.id in chosen]
+            share -= sum(verdicts[a.id].budgeted for a in batch)
             if not batch:
                 for arch in pending:
                     estimate = verdicts[arch.id].estimate

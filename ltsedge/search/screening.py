@@ -3,11 +3,13 @@
 With ``--measure front`` (the default) a candidate is measured only where its measurement could
 matter: when the cost model is not ready yet (too few samples of this machine and settings), when
 its optimistic prediction (the low ends of its intervals) is not dominated by the front measured so
-far, when its interval straddles a budget, when it lies outside the range the model was fitted on,
-or when it falls in the audit share (a fixed, seeded fraction measured whatever the prediction, so
-the model's accuracy is checked on candidates it did not choose). Everything else keeps its
-prediction, marked as such: NSGA-II ranks it, nothing publishes or reports it as measured.
-``--measure all`` measures every candidate, as the study did.
+far, when its interval straddles a budget, or when it lies outside the range the model was fitted
+on. Of those, a generation measures at most ``MEASURE_SHARE`` of its candidates, the most promising
+first (the optimistic point furthest beyond the front, see ``promise``), re-judging the rest after
+every chunk against the grown front. Apart from that budget, the audit share (a fixed, seeded
+fraction measured whatever the prediction) checks the model on candidates it did not choose.
+Everything else keeps its prediction, marked as such: NSGA-II ranks it, nothing publishes or
+reports it as measured. ``--measure all`` measures every candidate, as the study did.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ltsedge.search.racing import objective_ratio
 
 MEASURE_MODES = ("front", "all")
 AUDIT_SHARE = 0.05
+MEASURE_SHARE = 0.15  # of a generation's new candidates, once the cost model is ready (audits aside)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,12 @@ class Verdict:
     measure: bool
     reason: str  # why: "no cost model yet", "could enter the front", "near a budget", "audit", ...
     estimate: Estimate | None = None
+    promise: float = float("inf")  # how far its optimistic point lies beyond the front (> 1: not dominated)
+
+    @property
+    def budgeted(self) -> bool:
+        """Measured within the generation's share (audits and a model not ready are not)."""
+        return self.measure and self.reason not in ("audit", "no cost model yet")
 
 
 def audited(seed: int, arch_id: str, share: float = AUDIT_SHARE) -> bool:
@@ -38,8 +47,10 @@ def audited(seed: int, arch_id: str, share: float = AUDIT_SHARE) -> bool:
 
 
 class Screen:
-    def __init__(self, objective: str, budgets: Budgets, seed: int, audit_share: float = AUDIT_SHARE):
+    def __init__(self, objective: str, budgets: Budgets, seed: int, audit_share: float = AUDIT_SHARE,
+                 share: float = MEASURE_SHARE):
         self.objective, self.budgets, self.seed, self.audit_share = objective, budgets, seed, audit_share
+        self.share = share
         self.model: CostModel | None = None
 
     def use(self, model: CostModel) -> None:
@@ -59,14 +70,18 @@ class Screen:
             return Verdict(budget[0], budget[1], estimate)
         if audited(self.seed, arch.id, self.audit_share):
             return Verdict(True, "audit", estimate)
+        score = promise(params, ratio.low, memory.low, self._front(measured))
+        if score <= 1.0:
+            return Verdict(False, "dominated by the measured front", estimate, score)
+        return Verdict(True, "could enter the front", estimate, score)
+
+    def _front(self, measured: list) -> list[tuple[int, float, float]]:
+        points = []
         for c in pareto_front(measured, self.budgets):
             front_ratio = objective_ratio(c.measurement, self.objective)
-            if front_ratio is None or c.memory_mb is None:
-                continue
-            if (c.params.decoder_params >= params and front_ratio <= ratio.low and c.memory_mb <= memory.low
-                    and (c.params.decoder_params > params or front_ratio < ratio.low or c.memory_mb < memory.low)):
-                return Verdict(False, "dominated by the measured front", estimate)
-        return Verdict(True, "could enter the front", estimate)
+            if front_ratio is not None and c.memory_mb is not None:
+                points.append((c.params.decoder_params, front_ratio, c.memory_mb))
+        return points
 
     def _budget_verdict(self, params, ratio, memory, calibration_ms) -> tuple[bool, str] | None:
         b = self.budgets
@@ -82,6 +97,22 @@ class Screen:
             if prediction.high > limit:
                 return True, "near a budget"
         return None
+
+
+def promise(params: int, ratio: float, memory: float, front: list[tuple[int, float, float]]) -> float:
+    """How far (ratio, memory) lies beyond the front at ``params``: the smallest, over the front points
+    with at least these decoder parameters, of the larger factor by which it beats them on latency or
+    memory. <= 1: one of them dominates it; infinite: no front point has as many parameters."""
+    factors = [max(r / ratio, m / memory) for p, r, m in front if p >= params and ratio > 0 and memory > 0]
+    return min(factors, default=float("inf"))
+
+
+def plan(verdicts: dict, share_left: int) -> list[str]:
+    """Ids to measure next: every unbudgeted one (audits, no model yet), then the most promising
+    budgeted ones while the generation's share lasts."""
+    free = [i for i, v in verdicts.items() if v.measure and not v.budgeted]
+    ranked = sorted((i for i, v in verdicts.items() if v.budgeted), key=lambda i: -verdicts[i].promise)
+    return free + ranked[:max(share_left, 0)]
 
 
 def predicted_measurement(estimate: Estimate, objective: str, variant: str, calibration_ms: float) -> dict:
