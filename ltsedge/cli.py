@@ -210,6 +210,9 @@ def search(
     measure: str = typer.Option("front", "--measure", help="front: the device's cost model predicts every "
                                 "candidate and only those that could enter the measured front (or sit near a "
                                 "budget, or are audited) are measured; all: every candidate (the study's protocol)."),
+    seed_baseline: bool = typer.Option(True, "--seed-baseline/--no-seed-baseline", help="Start from the "
+                                       "layer-scaled baseline models the space holds (a quarter of the first "
+                                       "generation at most), so the front can only improve on them."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
@@ -229,7 +232,8 @@ def search(
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
-        target_ort=target_ort, objective=objective, racing=racing, measure=measure, scheduler=scheduler,
+        target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline,
+        scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)

@@ -41,6 +41,7 @@ class SearchOptions:
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
     measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
+    seed_baseline: bool = True  # start the search from the layer-scaled baseline models the space holds
     scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
     machine: str | None = None  # with several kinds of agents: the machine fingerprint to use
     store_path: Path | None = None
@@ -76,6 +77,7 @@ def resolve(options: SearchOptions):
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
+        seed_baseline=options.seed_baseline,
     )
     return settings, profile
 

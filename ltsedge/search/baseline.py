@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import BaselineSpec
+from ltsedge.costmodel.features import output_weights
+from ltsedge.errors import LtsedgeError
 from ltsedge.search.evaluate import Candidate
 from ltsedge.space import SearchSpace
 
@@ -30,6 +32,32 @@ def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[C
                                            "div_val": match.arch.div_val, "cutoffs": list(match.arch.cutoffs)})
         archs.append(arch)
     return archs
+
+
+def seeds_in_space(spec: BaselineSpec, space: SearchSpace, limit: int) -> list[Architecture]:
+    """Up to ``limit`` baseline models, spread over its layer counts, that the space holds: with the
+    space's cheapest embedding settings where it does not hold plain ones. Seeded into the first
+    generation, they make the hand-scaled models the start of the search, so its front can only
+    improve on them."""
+    found = []
+    for n in spec.layers:
+        plain = Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
+                             vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
+        variants = [plain] + [_with_embedding(plain, d, k) for d in space.d_embed or () for k in space.div_val]
+        held = [a for a in variants if a is not None and space.contains(a)]
+        if held:
+            found.append(min(held, key=lambda a: output_weights(a)))
+    if len(found) <= limit:
+        return found
+    step = (len(found) - 1) / max(limit - 1, 1)
+    return [found[round(i * step)] for i in range(limit)]
+
+
+def _with_embedding(arch: Architecture, d_embed: int, div_val: int) -> Architecture | None:
+    try:
+        return Architecture.from_dict({**arch.to_dict(), "d_embed": d_embed, "div_val": div_val, "cutoffs": []})
+    except LtsedgeError:
+        return None
 
 
 def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | None:

@@ -50,11 +50,13 @@ class Candidate:
     params: ParamCounts
     measurement: dict
     # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
-    # "skipped" (outside the parameter budget) or "final" (re-measured strictly from the published file)
+    # "skipped" (outside the parameter budget) or "final" (published: its measurement says whether it was
+    # re-measured strictly from the shipped file, or kept the search's figures of the same bytes)
     source: str
     generation: int
     latency_field: str = "latency_ms"  # the measurement's figure the search optimises
     prediction: dict | None = None  # what the cost model predicted before it was measured, if it did
+    sha256: str | None = None  # of the model file measured here (None: from the store, or predicted)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +81,7 @@ class Candidate:
             "feasible": self.ok and not violations, "violations": violations,
             "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
             "architecture": self.arch.to_dict(), "measurement": self.measurement, "prediction": self.prediction,
+            "sha256": self.sha256,
         }
 
 
@@ -125,7 +128,8 @@ class CandidateEvaluator:
             try:
                 arch = Architecture.from_dict(record["architecture"])
                 self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
-                                               record["generation"], self.latency_field, record.get("prediction"))
+                                               record["generation"], self.latency_field, record.get("prediction"),
+                                               record.get("sha256"))
             except (KeyError, TypeError, LtsedgeError):
                 continue  # not a candidate record
 
@@ -208,7 +212,7 @@ class CandidateEvaluator:
         return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
-        paths, written = [], []
+        paths, written, digests = [], [], []
         try:
             for arch in archs:
                 t = time.perf_counter()
@@ -216,8 +220,10 @@ class CandidateEvaluator:
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")
-                written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
+                saved = exported.save_files(path)
+                written += [path.with_name(name) for name in saved]
                 paths.append(path)
+                digests.append(saved[path.name])
                 self.stats.export_seconds += time.perf_counter() - t
             interim: dict[int, Measurement] = {}
 
@@ -236,8 +242,8 @@ class CandidateEvaluator:
         finally:
             for path in written:
                 self._drop_scratch(path)
-        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field)
-                for arch, m in zip(archs, measurements)]
+        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field,
+                          sha256=sha) for arch, m, sha in zip(archs, measurements, digests)]
 
     def _scratch_path(self, name: str) -> Path:
         """Where a candidate's file is written to be measured: the search's recorded .scratch/, or a

@@ -28,7 +28,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     careful = strict(profile)
     with runner_factory(careful, log=log) as runner:
         published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
-                            variant=OBJECTIVES[settings.objective][0])
+                            variant=OBJECTIVES[settings.objective][0], tolerance=profile.tolerance)
         baseline: list[Candidate] = []
         if with_baseline and settings.baseline is not None:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),

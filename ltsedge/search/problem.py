@@ -45,12 +45,18 @@ class ArchitectureProblem(Problem):
 
 
 class SpaceSampling(Sampling):
-    """The space's own uniform sampling, encoded (absent-layer genes random too)."""
+    """The space's own uniform sampling, encoded (absent-layer genes random too), after any ``seeds``
+    (architectures of the space the first generation must hold, e.g. the layer-scaled baseline)."""
+
+    def __init__(self, seeds: list = ()):
+        super().__init__()
+        self.seeds = list(seeds)
 
     def _do(self, problem, n_samples, random_state=None, **kwargs):
         rng = random_state if random_state is not None else np.random.default_rng()
         space: SearchSpace = problem.space
-        archs = space.sample(n_samples, seed=int(rng.integers(2**31)))
+        seeds = self.seeds[:n_samples]
+        archs = seeds + space.sample(n_samples - len(seeds), seed=int(rng.integers(2**31)))
         fill = rng.integers(0, np.array(space.upper_bounds) + 1, size=(n_samples, space.n_genes))
         return np.array([space.encode(a, fill=f) for a, f in zip(archs, fill)])
 
@@ -91,7 +97,7 @@ class ArchitectureDuplicates(DuplicateElimination):
         return is_duplicate
 
 
-def make_operators(space: SearchSpace, prob_gene: float = 0.3) -> dict:
+def make_operators(space: SearchSpace, prob_gene: float = 0.3, seeds: list = ()) -> dict:
     """NSGA-II keyword arguments: integer-aware sampling, crossover, mutation, repair, duplicates."""
-    return dict(sampling=SpaceSampling(), crossover=UniformCrossover(), mutation=GeneMutation(prob_gene),
+    return dict(sampling=SpaceSampling(seeds), crossover=UniformCrossover(), mutation=GeneMutation(prob_gene),
                 repair=SpaceRepair(), eliminate_duplicates=ArchitectureDuplicates(space))

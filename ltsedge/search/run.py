@@ -28,6 +28,7 @@ from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.runners.policy import Calibration
 from ltsedge.search import report
+from ltsedge.search.baseline import seeds_in_space
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.callback import GenerationCallback
 from ltsedge.search.checkpoint import (
@@ -64,6 +65,7 @@ class SearchSettings:
     objective: str = "forward"  # the latency optimised: forward | prefill | decode (see evaluate.OBJECTIVES)
     racing: bool = True  # a first estimate for all, full precision only where the front can change
     measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
+    seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -79,7 +81,8 @@ class SearchSettings:
     def _evolution(self) -> dict:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
-                "objective": self.objective, "racing": self.racing, "measure": self.measure}
+                "objective": self.objective, "racing": self.racing, "measure": self.measure,
+                "seed_baseline": self.seed_baseline}
 
 
 @dataclass
@@ -179,7 +182,10 @@ class SearchRun:
     # --- evolution -----------------------------------------------------------------------------
     def _algorithm(self, evaluator: CandidateEvaluator, identity: str) -> NSGA2:
         s = self.settings
-        algorithm = NSGA2(pop_size=s.population, **make_operators(s.space, s.prob_gene))
+        seeds = []
+        if s.seed_baseline and s.baseline is not None:
+            seeds = seeds_in_space(s.baseline, s.space, limit=max(1, s.population // 4))
+        algorithm = NSGA2(pop_size=s.population, **make_operators(s.space, s.prob_gene, seeds))
         algorithm.setup(ArchitectureProblem(s.space, s.budgets), termination=MaximumGenerationTermination(s.generations),
                         seed=s.seed, verbose=False)
         resumed = load_checkpoint(self.out_dir, identity, algorithm)
