@@ -211,7 +211,7 @@ def search(
                                 "candidate and only those that could enter the measured front (or sit near a "
                                 "budget, or are audited) are measured; all: every candidate (the study's protocol)."),
     seed_baseline: bool = typer.Option(True, "--seed-baseline/--no-seed-baseline", help="Start from the "
-                                       "layer-scaled baseline models the space holds (a quarter of the first "
+                                       "layer-scaled baseline models the space holds (half the first "
                                        "generation at most), so the front can only improve on them."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ltsedge.devices import DeviceProfile, strict
-from ltsedge.search.baseline import baseline_architectures, compare
+from ltsedge.search.baseline import baseline_architectures, best_match, compare
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import OBJECTIVES, Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, publish
@@ -26,14 +26,21 @@ class Finished:
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
            runner_factory, log, with_baseline: bool = True) -> Finished:
     careful = strict(profile)
+    compared = with_baseline and settings.baseline is not None
+    # The front models a baseline model will be compared with are measured in this run like it.
+    matches = {m.arch.id for b in baseline_architectures(settings.baseline, settings.space, front)
+               if (m := best_match(b, front)) is not None} if compared else set()
     with runner_factory(careful, log=log) as runner:
         published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
-                            variant=OBJECTIVES[settings.objective][0], tolerance=profile.tolerance)
+                            variant=OBJECTIVES[settings.objective][0], tolerance=profile.tolerance,
+                            also=matches)
         baseline: list[Candidate] = []
-        if with_baseline and settings.baseline is not None:
+        if compared:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
                                            target_ort=settings.target_ort, fresh=True, objective=settings.objective)
-            front = [p.candidate for p in published]
-            baseline = evaluator.evaluate(baseline_architectures(settings.baseline, settings.space, front),
-                                          generation=-1)
+            final = {p.candidate.arch.id: p.candidate for p in published}
+            archs = baseline_architectures(settings.baseline, settings.space, list(final.values()))
+            # A baseline model on the front (the search started from it) is that front model: one figure.
+            measured = iter(evaluator.evaluate([a for a in archs if a.id not in final], generation=-1))
+            baseline = [final[a.id] if a.id in final else next(measured) for a in archs]
     return Finished(published, compare(baseline, [p.candidate for p in published]))

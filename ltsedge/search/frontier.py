@@ -57,13 +57,14 @@ def needs_precision(front: list[Candidate], tolerance: float) -> set[str]:
 
 def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
             target_ort: str | None = None, log=print, variant: str = "forward",
-            tolerance: float | None = None) -> list[PublishedModel]:
+            tolerance: float | None = None, also: set[str] = frozenset()) -> list[PublishedModel]:
     """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
 
     The forward variant ships as ``models/<id>.onnx``, the generate variant as a bundle ``models/<id>/``.
     Models an earlier (restarted or interrupted) search of this directory published are removed;
     only files the manifest records as ltsedge's are ever touched. ``tolerance``: the search's
-    (``needs_precision``); None re-measures every model."""
+    (``needs_precision``); None re-measures every model. ``also``: ids re-measured whatever their place
+    (those the baseline is compared with)."""
     keep = {c.arch.id for c in front}
     for stale in outdir.files_under(MODELS):
         if _model_id(stale) not in keep:
@@ -82,7 +83,7 @@ def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: 
             saved = exported.save_files(outdir.path(model_rel))
             files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}
         written.append((c, model_rel, files))
-    close = needs_precision(front, tolerance) if tolerance is not None else {c.arch.id for c in front}
+    close = needs_precision(front, tolerance) | set(also) if tolerance is not None else {c.arch.id for c in front}
     again = [(c, rel, files) for c, rel, files in written
              if c.arch.id in close or c.sha256 != files[rel] or c.measurement.get("stopped_early")
              or not c.measurement.get("converged", True)]

@@ -54,10 +54,11 @@ PRESETS = {
         {}, 100, 30, None,
     ),
     "quick": Preset(
-        "quick", "a small space (2-6 layers, d_model 128-384), 5 generations of 12, sequence 64: ~3 minutes",
-        dict(n_layer=grid(2, 6, 1), d_model=grid(128, 384, 64), d_inner=grid(256, 1536, 64), d_embed=(128, 256),
+        "quick", "a small space (1-6 layers, d_model 128-384), 8 generations of 16 (the cost model predicts most), "
+        "sequence 64: ~3 minutes",
+        dict(n_layer=grid(1, 6, 1), d_model=grid(128, 384, 64), d_inner=grid(256, 1536, 64), d_embed=(128, 256),
              div_val=(1, 2)),
-        12, 5, BaselineSpec(d_model=384, d_inner=1536, n_head=8, layers=(1, 2, 3, 4, 5, 6)),
+        16, 8, BaselineSpec(d_model=384, d_inner=1536, n_head=8, layers=(1, 2, 3, 4, 5, 6)),
         {"sequence": 64, "context": 64, "warmup": 1, "min_runs": 3, "max_runs": 20, "max_seconds": 3.0, "tolerance": 0.05},
     ),
     "smoke": Preset(

@@ -184,7 +184,7 @@ class SearchRun:
         s = self.settings
         seeds = []
         if s.seed_baseline and s.baseline is not None:
-            seeds = seeds_in_space(s.baseline, s.space, limit=max(1, s.population // 4))
+            seeds = seeds_in_space(s.baseline, s.space, limit=max(1, s.population // 2))
         algorithm = NSGA2(pop_size=s.population, **make_operators(s.space, s.prob_gene, seeds))
         algorithm.setup(ArchitectureProblem(s.space, s.budgets), termination=MaximumGenerationTermination(s.generations),
                         seed=s.seed, verbose=False)
