@@ -46,7 +46,7 @@ def cpu_seconds() -> float:
 def search(tmp: Path, name: str, population: int, generations: int, *, racing: bool = True, seed: int = 0):
     options = SearchOptions(preset="default", out=tmp / name, population=population, generations=generations,
                             seed=seed, baseline=False, store_path=tmp / f"{name}.sqlite", quiet=True, fresh=True,
-                            objective="forward", racing=racing)
+                            objective="forward", racing=racing, measure="all", seed_baseline=False)
     settings, profile = resolve(options)
     started, cpu = time.perf_counter(), cpu_seconds()
     with MeasurementStore(options.store_path) as store:
@@ -100,7 +100,7 @@ def quality(tmp: Path, seeds=(0, 1, 2), population: int = 12, generations: int =
     for seed in seeds:
         options = SearchOptions(preset="quick", out=tmp / f"nsga-{seed}", population=population,
                                 generations=generations, seed=seed, baseline=False, store_path=store_path,
-                                quiet=True)
+                                quiet=True, measure="all", seed_baseline=False)
         settings, profile = resolve(options)
         with MeasurementStore(store_path) as store:
             nsga = SearchRun(settings, profile, options.out, store, log=lambda m: None).run().candidates

@@ -1,0 +1,141 @@
+"""The device's cost model: its accuracy, what it saves a search, and what it costs in quality.
+
+Part 1 (accuracy): measure ``--samples`` random architectures of the default GPT-2 space (generate
+variant, sequence/context 192, the cpu profile as a search uses it) into a fresh store, fit the cost
+model on the first 2/3 and predict the last 1/3: Spearman and median relative error of prefill and
+decode latency ratios and of peak memory, and the share of held-out figures inside the stated 90%
+intervals; also the leave-one-out figures of the fit on all of them.
+
+Part 2 (quality): the same search with ``--measure front`` (the cost model decides) and ``--measure
+all`` (every candidate measured, the study's protocol), same seed and budget, side by side in one
+run, on each seed: the final published front's hypervolume in measured ratio units on a common
+scale (latency over the reference model timed beside it, which does not drift between the runs),
+the share of candidates measured, and wall time. Quick space, sequence 64, decode objective.
+
+docs/benchmarks.md projects a 100 x 30 search's cost, with and without the cost model, from these
+per-candidate costs and measured shares.
+
+    python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--population 20] [--generations 6] [--seeds 0 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from pymoo.indicators.hv import HV
+from scipy.stats import spearmanr
+
+from ltsedge.costmodel import CostModel
+from ltsedge.costmodel.api import Setting, build
+from ltsedge.costmodel.model import MEMORY, measured_ratio
+from ltsedge.costmodel.samples import load_samples
+from ltsedge.devices.fingerprint import machine_fingerprint
+from ltsedge.ortcompat import target_for
+from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.racing import objective_ratio
+from ltsedge.search.run import SearchRun
+from ltsedge.store import MeasurementStore
+
+
+def accuracy(tmp: Path, samples: int) -> None:
+    store_path = tmp / "accuracy.sqlite"
+    setting = Setting(device="cpu", preset="default")
+    started = time.perf_counter()
+    build(setting, samples=samples, seed=11, store_path=store_path, log=lambda m: None)
+    profile, _, variant = setting.resolve()
+    like = resolve(SearchOptions())[0].space.sample(1, seed=0)[0]
+    with MeasurementStore(store_path) as store:
+        found = load_samples(store, like, machine_fingerprint(profile), profile, target_for(None), variant)
+    print(f"{len(found)} architectures measured in {time.perf_counter() - started:.0f} s "
+          f"(default space, {variant}, sequence/context {profile.sequence}/{profile.context})")
+    cut = 2 * len(found) // 3
+    model = CostModel(found[:cut], profile, variant)
+    held = found[cut:]
+    print(f"fitted on {cut}, predicting {len(held)} held out:")
+    print("| figure | Spearman | median error | 90th pct error | inside the 90% interval |")
+    print("|---|---|---|---|---|")
+    for target in ("prefill", "decode", MEMORY):
+        truth, predicted, inside = [], [], 0
+        for arch, m in held:
+            estimate = model.predict(arch)
+            p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
+            actual = m["peak_memory_mb"] if target == MEMORY else measured_ratio(m, target)
+            truth.append(actual)
+            predicted.append(p.value)
+            inside += p.low <= actual <= p.high
+        errors = np.abs(np.array(truth) / np.array(predicted) - 1)
+        print(f"| {target} | {spearmanr(truth, predicted)[0]:.3f} | {np.median(errors):.1%} | "
+              f"{np.quantile(errors, 0.9):.1%} | {inside}/{len(held)} |")
+    loo = CostModel(found, profile, variant).accuracy()
+    print("leave-one-out on all: " + ", ".join(f"{t} median {a['median_error']:.1%}" for t, a in loo.items()))
+
+
+def front_hypervolume(results: list, objective: str) -> list[float]:
+    """Each result's published front in (decoder params, latency ratio, peak MB), on one scale."""
+    fronts = [[(c.params.decoder_params, objective_ratio(c.measurement, objective), c.memory_mb)
+               for c in (p.candidate for p in r.frontier)] for r in results]
+    points = [p for f in fronts for p in f]
+    max_params = max(p[0] for p in points)
+    ref_ratio, ref_memory = 1.1 * max(p[1] for p in points), 1.1 * max(p[2] for p in points)
+    out = []
+    for front in fronts:
+        F = np.array([[1 - p / max_params, r / ref_ratio, m / ref_memory] for p, r, m in front])
+        out.append(float(HV(ref_point=np.ones(3))(F)))
+    return out
+
+
+def quality(tmp: Path, seeds: list[int], population: int, generations: int) -> list[dict]:
+    print(f"--measure front vs --measure all: quick space, sequence 64, decode, population {population}, "
+          f"{generations} generations")
+    print("| seed | hypervolume front / all | measured front / all (of evaluated) | wall s front / all |")
+    print("|---|---|---|---|")
+    rows = []
+    for seed in seeds:
+        runs = {}
+        for mode in ("front", "all"):
+            options = SearchOptions(preset="quick", out=tmp / f"{mode}-{seed}", population=population,
+                                    generations=generations, seed=seed, baseline=False, quiet=True, measure=mode,
+                                    store_path=tmp / f"{mode}-{seed}.sqlite")
+            settings, profile = resolve(options)
+            started = time.perf_counter()
+            with MeasurementStore(options.store_path) as store:
+                result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
+            runs[mode] = (result, time.perf_counter() - started)
+        hv = front_hypervolume([runs["front"][0], runs["all"][0]], "decode")
+        share = {m: runs[m][0].summary["cost_model"] for m in runs}
+        rows.append({"seed": seed, "hv": hv, "share": share, "wall": {m: runs[m][1] for m in runs},
+                     "publish": {m: runs[m][0].summary["publish_seconds"] for m in runs},
+                     "evaluate": {m: runs[m][0].summary["evaluation"]["evaluate_seconds"] for m in runs}})
+        print(f"| {seed} | {hv[0]:.4f} / {hv[1]:.4f} = {hv[0] / hv[1]:.1%} | "
+              f"{share['front']['measured']}/{share['front']['evaluated']} / "
+              f"{share['all']['measured']}/{share['all']['evaluated']} | "
+              f"{runs['front'][1]:.0f} / {runs['all'][1]:.0f} |")
+        model = share["front"]
+        if "decode" in model:
+            print(f"  cost model on candidates measured after being predicted: decode median error "
+                  f"{model['decode']['median_error']:.1%} (interval held {model['decode']['interval_coverage']:.0%}), "
+                  f"memory {model['memory_mb']['median_error']:.1%} ({model['memory_mb']['interval_coverage']:.0%})")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=["1", "2", "all"], default="all")
+    parser.add_argument("--samples", type=int, default=60)
+    parser.add_argument("--population", type=int, default=20)
+    parser.add_argument("--generations", type=int, default=6)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ltsedge-bench-") as tmp:
+        if args.part in ("1", "all"):
+            accuracy(Path(tmp), args.samples)
+        if args.part in ("2", "all"):
+            quality(Path(tmp), args.seeds, args.population, args.generations)
+
+
+if __name__ == "__main__":
+    main()
