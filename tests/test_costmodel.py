@@ -238,8 +238,8 @@ class LinearMachine:
         return results
 
 
-def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite"):
-    options = SearchOptions(preset="smoke", out=tmp_path / f"out-{measure}", population=16, generations=4, seed=3,
+def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite", seed: int = 3):
+    options = SearchOptions(preset="smoke", out=tmp_path / f"out-{measure}-{seed}-{store_name}", population=16, generations=4, seed=seed,
                             store_path=tmp_path / store_name, quiet=True, measure=measure, baseline=False)
     settings, profile = resolve(options)
     LinearMachine.measured = []
@@ -269,6 +269,16 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
         offspring = [c for c in result.candidates if c.generation == generation]
         measured = [c for c in offspring if not c.predicted and not audited(3, c.arch.id)]
         assert len(measured) <= math.ceil(0.15 * 16)
+
+
+def test_a_second_search_on_the_same_machine_predicts_from_its_first_generation(tmp_path):
+    linear_search(tmp_path, "front", seed=3)
+    second = linear_search(tmp_path, "front", seed=4)  # same store: the first search's figures train it
+    cold = linear_search(tmp_path, "front", store_name="empty.sqlite", seed=4)  # the same search, no history
+    warm_measured, cold_measured = (sum(not c.predicted for c in r.candidates if c.generation == 1)
+                                    for r in (second, cold))
+    assert cold_measured >= MIN_SAMPLES  # cold: measured until the model has its samples
+    assert warm_measured < cold_measured  # warm: predicted from the start
 
 
 def test_measure_all_measures_every_candidate(tmp_path):
