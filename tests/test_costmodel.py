@@ -265,9 +265,14 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
                for r in rows if r["figures"] == "predicted")
     summary = json.loads((result.out_dir / "search.json").read_text())["cost_model"]
     assert summary["predicted"] == len(predicted) and summary["decode"]["median_error"] < 0.01
+    # What the predictions put on the front was measured before publishing: no prediction beats the front.
+    assert summary["settled"] == len(by_source.get("settled", []))
+    front = [(p.candidate.params.decoder_params, p.candidate.latency_ms, p.candidate.memory_mb) for p in result.frontier]
+    for c in predicted:
+        assert any(p >= c.params.decoder_params and r <= c.latency_ms and m <= c.memory_mb for p, r, m in front)
     for generation in range(2, 5):  # the model is ready from the first generation's 16 figures on
         offspring = [c for c in result.candidates if c.generation == generation]
-        measured = [c for c in offspring if not c.predicted and not audited(3, c.arch.id)]
+        measured = [c for c in offspring if c.source == "measured" and not audited(3, c.arch.id)]
         assert len(measured) <= math.ceil(0.15 * 16)
 
 

@@ -30,8 +30,8 @@ from ltsedge.runners.measurement import rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
-from ltsedge.search.racing import race_for
-from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record
+from ltsedge.search.racing import objective_ratio, race_for
+from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record, promise
 from ltsedge.store import MeasurementStore
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
@@ -50,6 +50,7 @@ class Candidate:
     params: ParamCounts
     measurement: dict
     # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
+    # "settled" (predicted, then measured at the end because its prediction would enter the front),
     # "skipped" (outside the parameter budget) or "final" (published: its measurement says whether it was
     # re-measured strictly from the shipped file, or kept the search's figures of the same bytes)
     source: str
@@ -184,6 +185,30 @@ class CandidateEvaluator:
                 candidate.prediction = prediction_record(estimate) if estimate is not None else None
                 self._record(candidate)
             pending = [a for a in pending if a not in batch]
+
+    def settle_front(self, limit: int) -> int:
+        """At the end of a search: measure (at most ``limit``) predicted candidates whose predicted
+        figures would enter the measured front, the most promising first, re-judged after every chunk
+        against the grown front, so the front a search publishes is the one its predictions point to,
+        in measured figures. Returns how many were measured."""
+        if self.screen is None:
+            return 0
+        settled = 0
+        while settled < limit:
+            measured = [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
+            front = self.screen.front_points(measured)
+            ranked = sorted(((promise(c.params.decoder_params, objective_ratio(c.measurement, self.objective),
+                                      c.memory_mb, front), c) for c in self.candidates() if c.predicted),
+                            key=lambda pc: -pc[0])
+            batch = [c for score, c in ranked if score > 1.0 and not self.budgets.violations(
+                c.params.decoder_params, c.latency_ms, c.memory_mb)][:min(CHUNK, limit - settled)]
+            if not batch:
+                return settled
+            for old, new in zip(batch, self._measure([c.arch for c in batch], batch[0].generation)):
+                new.generation, new.prediction, new.source = old.generation, old.prediction, "settled"
+                self.stats.predicted -= 1
+                self._record(new)
+            settled += len(batch)
 
     def _refit(self, like: Architecture) -> None:
         """The cost model on every figure of this machine and settings in the store (this search's and

@@ -70,12 +70,13 @@ class Screen:
             return Verdict(budget[0], budget[1], estimate)
         if audited(self.seed, arch.id, self.audit_share):
             return Verdict(True, "audit", estimate)
-        score = promise(params, ratio.low, memory.low, self._front(measured))
+        score = promise(params, ratio.low, memory.low, self.front_points(measured))
         if score <= 1.0:
             return Verdict(False, "dominated by the measured front", estimate, score)
         return Verdict(True, "could enter the front", estimate, score)
 
-    def _front(self, measured: list) -> list[tuple[int, float, float]]:
+    def front_points(self, measured: list) -> list[tuple[int, float, float]]:
+        """The measured front as (decoder parameters, objective ratio, peak MB)."""
         points = []
         for c in pareto_front(measured, self.budgets):
             front_ratio = objective_ratio(c.measurement, self.objective)
@@ -145,7 +146,7 @@ def screening_summary(evaluator) -> dict:
     was known): median absolute relative error and the share inside the stated interval."""
     candidates = evaluator.candidates()
     out = {"measure": "front" if evaluator.screen is not None else "all", "evaluated": len(candidates),
-           "measured": sum(c.source in ("measured", "store") for c in candidates),
+           "measured": sum(c.source in ("measured", "store", "settled") for c in candidates),
            "predicted": sum(c.predicted for c in candidates)}
     checked = [c for c in candidates if c.prediction and c.ok and not c.predicted]
     for target in (evaluator.objective, "memory_mb"):
