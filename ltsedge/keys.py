@@ -9,13 +9,13 @@ and the export variant.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
+from ltsedge.hashing import settings_hash
 
 WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
 DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variants: it is left out of them
@@ -50,11 +50,6 @@ def measurement_settings(profile, shapes: dict | None = None, variant: str = DEF
     if variant != DEFAULT_VARIANT:
         settings["context"] = profile.context
     return settings
-
-
-def settings_hash(settings: dict[str, Any]) -> str:
-    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
 def arch_key(arch_id: str, export: dict[str, Any]) -> str:

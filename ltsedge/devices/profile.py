@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.hashing import settings_hash
 from ltsedge.ortcompat import parse_version
 from ltsedge.validate import is_int, is_number, reject_unknown, toml_repr
 
@@ -88,8 +89,6 @@ class DeviceProfile:
                 for k, v in ((k, getattr(self, k)) for k in SETTINGS)}
 
     def settings_hash(self) -> str:
-        from ltsedge.keys import settings_hash
-
         return settings_hash(self.settings())
 
     def replace(self, **changes: Any) -> DeviceProfile:
