@@ -270,6 +270,14 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
     front = [(p.candidate.params.decoder_params, p.candidate.latency_ms, p.candidate.memory_mb) for p in result.frontier]
     for c in predicted:
         assert any(p >= c.params.decoder_params and r <= c.latency_ms and m <= c.memory_mb for p, r, m in front)
+    # The report tells predictions from measurements and shows how good the predictions were.
+    from ltsedge.report.data import checked_predictions, load
+
+    data = load(result.out_dir)
+    assert {p.id for p in data.candidates if p.predicted} == {c.arch.id for c in predicted}
+    pairs = checked_predictions(data, "decode")
+    assert pairs and all(abs(guess / actual - 1) < 0.01 for guess, _, _, actual in pairs)
+    assert (result.out_dir / "report" / "cost_model.png").stat().st_size > 0
     for generation in range(2, 5):  # the model is ready from the first generation's 16 figures on
         offspring = [c for c in result.candidates if c.generation == generation]
         measured = [c for c in offspring if c.source == "measured" and not audited(3, c.arch.id)]

@@ -35,6 +35,9 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None, *, html: b
             written.append(pictures.slice_png(data, field, path_for(f"{field.removesuffix('_ms').removesuffix('_mb')}.png")))
         if data.summary.get("hypervolume"):
             written.append(pictures.hypervolume_png(data, path_for("hypervolume.png")))
+        drawn = pictures.cost_model_png(data, path_for("cost_model.png"))
+        if drawn is not None:
+            written.append(drawn)
     if html:
         from ltsedge.report.html import report_html
 

@@ -32,6 +32,12 @@ class Point:
     generation: int = 0
     error: str = ""
     agent: str | None = None
+    prediction: dict | None = None  # the cost model's, made before it was measured (or instead of it)
+
+    @property
+    def predicted(self) -> bool:
+        """Its figures are the cost model's, not a measurement's."""
+        return self.source == "predicted"
 
 
 @dataclass
@@ -102,12 +108,36 @@ def _candidates(out: Path) -> list[Point]:
         try:
             r = json.loads(line)
             m = r["measurement"]
+            prediction = r.get("prediction") if isinstance(r.get("prediction"), dict) else None
             points.append(Point(r["id"], int(r["decoder_params"]), _figures(m), bool(r["ok"]), bool(r["feasible"]),
-                                r.get("source", ""), int(r.get("generation", 0)), m.get("error") or "", m.get("agent")))
+                                r.get("source", ""), int(r.get("generation", 0)), m.get("error") or "", m.get("agent"),
+                                prediction))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue  # a line cut short by a kill
     return points
 
 
 def _figures(m: dict) -> dict:
-    return {k: m.get(k) for k in (*LATENCIES, "peak_memory_mb") if m.get(k) is not None}
+    figures = {k: m.get(k) for k in (*LATENCIES, "peak_memory_mb") if m.get(k) is not None}
+    for name, w in (m.get("workloads") or {}).items():  # ratios: what the cost model predicts
+        if isinstance(w, dict) and isinstance(w.get("latency_ratio"), (int, float)):
+            figures[f"{name}_ratio"] = w["latency_ratio"]
+    if isinstance(m.get("latency_ratio"), (int, float)):
+        figures.setdefault(f"{m.get('workload') or 'forward'}_ratio", m["latency_ratio"])
+    return figures
+
+
+def checked_predictions(data: SearchData, target: str) -> list[tuple[float, float, float, float]]:
+    """(predicted, low, high, measured) of every candidate measured after the cost model predicted it:
+    ``target`` is a workload ("decode": its latency ratio) or "memory_mb" (peak MB)."""
+    pairs = []
+    for p in data.candidates:
+        guess = (p.prediction or {}).get(target)
+        actual = p.figures.get("peak_memory_mb" if target == "memory_mb" else f"{target}_ratio")
+        if p.predicted or not p.ok or not isinstance(guess, dict) or actual is None:
+            continue
+        try:
+            pairs.append((float(guess["value"]), float(guess["low"]), float(guess["high"]), float(actual)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return pairs

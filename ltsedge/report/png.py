@@ -34,11 +34,15 @@ def slice_png(data: SearchData, field: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
     label = LATENCIES.get(field, "peak memory (MB)")
     ok = [p for p in data.candidates if p.figures.get(field) is not None]
-    feasible = [p for p in ok if p.feasible]
-    infeasible = [p for p in ok if not p.feasible]
+    predicted = [p for p in ok if p.predicted]
+    feasible = [p for p in ok if p.feasible and not p.predicted]
+    infeasible = [p for p in ok if not p.feasible and not p.predicted]
     failed = sum(1 for p in data.candidates if not p.ok and p.source != "skipped")
     ax.scatter([p.params for p in feasible], [p.figures[field] for p in feasible], s=14, c=CANDIDATE, alpha=0.45,
-               label=f"candidates ({len(feasible)})")
+               label=f"measured candidates ({len(feasible)})")
+    if predicted:
+        ax.scatter([p.params for p in predicted], [p.figures[field] for p in predicted], s=14, facecolors="none",
+                   edgecolors=CANDIDATE, alpha=0.45, label=f"predicted, not measured ({len(predicted)})")
     if infeasible:
         ax.scatter([p.params for p in infeasible], [p.figures[field] for p in infeasible], s=22, c=INFEASIBLE,
                    marker="x", label=f"over a budget ({len(infeasible)})")
@@ -94,6 +98,37 @@ def hypervolume_png(data: SearchData, path: Path) -> Path:
     other.set_ylabel("front size", color=BASELINE)
     ax.set_title(f"{data.name}: the search's progress", fontsize=10)
     ax.grid(True, alpha=0.25)
+    return _save(fig, path)
+
+
+def cost_model_png(data: SearchData, path: Path) -> Path | None:
+    """The cost model's predictions against the measurements that followed them, with their intervals:
+    the objective's latency ratio and the peak memory. None when nothing was predicted then measured."""
+    from ltsedge.report.data import checked_predictions
+
+    workload = {"decode": "decode", "prefill": "prefill"}.get(data.objective, "forward")
+    panels = [(t, label, checked_predictions(data, t)) for t, label in
+              ((workload, f"{workload} latency ratio"), ("memory_mb", "peak memory (MB)"))]
+    panels = [p for p in panels if p[2]]
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), dpi=100, squeeze=False)
+    for ax, (_, label, pairs) in zip(axes[0], panels):
+        guess = [p[0] for p in pairs]
+        actual = [p[3] for p in pairs]
+        inside = sum(low <= a <= high for _, low, high, a in pairs)
+        ax.errorbar(actual, guess, yerr=[[g - low for g, low, _, _ in pairs], [high - g for g, _, high, _ in pairs]],
+                    fmt="o", ms=4, c=FRONT, ecolor=CANDIDATE, elinewidth=0.8, alpha=0.8)
+        lo, hi = min(guess + actual), max(guess + actual)
+        ax.plot([lo, hi], [lo, hi], "--", c=TEXT, lw=0.8)
+        errors = sorted(abs(a / g - 1) for g, a in zip(guess, actual) if g)
+        ax.set_title(f"{label}\nmedian error {errors[len(errors) // 2]:.1%}, {inside} of {len(pairs)} in the "
+                     f"interval", fontsize=9)
+        ax.set_xlabel("measured")
+        ax.set_ylabel("predicted before measuring")
+        ax.grid(True, alpha=0.25)
+    fig.suptitle(f"{data.name}: the cost model on candidates measured after it predicted them", fontsize=10)
     return _save(fig, path)
 
 
