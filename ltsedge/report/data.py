@@ -103,18 +103,18 @@ def _candidates(out: Path) -> list[Point]:
     path = out / "candidates.jsonl"
     if not path.exists():
         return []
-    points = []
+    points: dict[str, Point] = {}  # the last record of an id wins (a predicted candidate measured later)
     for line in read_text(path, "candidate log").splitlines()[1:]:
         try:
             r = json.loads(line)
             m = r["measurement"]
             prediction = r.get("prediction") if isinstance(r.get("prediction"), dict) else None
-            points.append(Point(r["id"], int(r["decoder_params"]), _figures(m), bool(r["ok"]), bool(r["feasible"]),
-                                r.get("source", ""), int(r.get("generation", 0)), m.get("error") or "", m.get("agent"),
-                                prediction))
+            points[r["id"]] = Point(r["id"], int(r["decoder_params"]), _figures(m), bool(r["ok"]),
+                                    bool(r["feasible"]), r.get("source", ""), int(r.get("generation", 0)),
+                                    m.get("error") or "", m.get("agent"), prediction)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue  # a line cut short by a kill
-    return points
+    return list(points.values())
 
 
 def _figures(m: dict) -> dict:
