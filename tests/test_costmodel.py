@@ -27,7 +27,7 @@ from ltsedge.runners.policy import Calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.run import SearchRun
-from ltsedge.search.screening import Screen, Verdict, audited, plan, promise
+from ltsedge.search.screening import MEASURE_SHARE, Screen, Verdict, audited, plan, promise
 from ltsedge.store import MeasurementStore
 from tests.conftest import tiny_arch, tiny_space
 
@@ -281,7 +281,7 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
     for generation in range(2, 5):  # the model is ready from the first generation's 16 figures on
         offspring = [c for c in result.candidates if c.generation == generation]
         measured = [c for c in offspring if c.source == "measured" and not audited(3, c.arch.id)]
-        assert len(measured) <= math.ceil(0.15 * 16)
+        assert len(measured) <= math.ceil(MEASURE_SHARE * 16)
 
 
 def test_a_second_search_on_the_same_machine_predicts_from_its_first_generation(tmp_path):

@@ -209,6 +209,7 @@ class CandidateEvaluator:
                 self.stats.predicted -= 1
                 self._record(new)
             settled += len(batch)
+        return settled
 
     def _refit(self, like: Architecture) -> None:
         """The cost model on every figure of this machine and settings in the store (this search's and

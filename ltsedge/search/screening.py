@@ -24,7 +24,7 @@ from ltsedge.search.racing import objective_ratio
 
 MEASURE_MODES = ("front", "all")
 AUDIT_SHARE = 0.05
-MEASURE_SHARE = 0.15  # of a generation's new candidates, once the cost model is ready (audits aside)
+MEASURE_SHARE = 0.10  # of a generation's new candidates, once the cost model is ready (audits aside)
 
 
 @dataclass(frozen=True)
