@@ -4,6 +4,11 @@ Backbones build their graph node by node (no tracing): ``GraphBuilder`` names ev
 value uniquely, keeps the reference PyTorch model's weights as numpy arrays (serialized later
 without protobuf copies, see ``ltsedge.wire``), and offers the few composite layers all decoders
 share (linear, LayerNorm, GELU). It knows nothing about any backbone.
+
+A linear layer is one ``Gemm(transB=1)`` on PyTorch's ``[out, in]`` weight by default. With
+``gemm=False`` it is ``MatMul`` on a transposed copy then ``Add``: onnxruntime's quantizers
+(``quantize_dynamic``, ``MatMulNBitsQuantizer``) rewrite ``MatMul`` and leave ``Gemm`` in fp32, so a
+quantized export is built in that form (``ltsedge.exporters.quantize``).
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ FIRST_GELU_OPSET = 20  # the Gelu operator; earlier opsets get the erf formula
 class GraphBuilder:
     """Collects nodes and initializers; names every intermediate value uniquely."""
 
-    def __init__(self, weights: Mapping[str, np.ndarray], opset: int):
+    def __init__(self, weights: Mapping[str, np.ndarray], opset: int, gemm: bool = True):
         self.weights = weights
         self.opset = opset
+        self.gemm = gemm  # False: linear layers as MatMul + Add (what onnxruntime's quantizers rewrite)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: dict[str, onnx.TensorProto] = {}  # small constants
         self.large: dict[str, np.ndarray] = {}  # weights, serialized without protobuf copies
@@ -55,8 +61,16 @@ class GraphBuilder:
     def linear(self, x: str, prefix: str, bias: bool = True) -> str:
         """``x @ W.T + b`` on PyTorch's ``[out, in]`` weight, without transposing a copy."""
         w = self.weight(f"{prefix}.weight")  # registered before the bias: initializer order is file order
-        b = (self.weight(f"{prefix}.bias"),) if bias else ()
-        return self.op("Gemm", x, w, *b, transB=1)
+        b = self.weight(f"{prefix}.bias") if bias else None
+        return self.matmul_t(x, w, b)
+
+    def matmul_t(self, x: str, w: str, bias: str | None = None) -> str:
+        """``x @ W.T (+ bias)`` for a registered weight W in PyTorch's ``[out, in]`` layout: ``Gemm(transB=1)``
+        on W as it is or, without ``gemm``, ``MatMul`` on a transposed copy (``<W>.T``) then ``Add``."""
+        if self.gemm:
+            return self.op("Gemm", x, w, *((bias,) if bias else ()), transB=1)
+        y = self.op("MatMul", x, self.weight(f"{w}.T", self.large[w].T))
+        return self.op("Add", y, bias) if bias else y
 
     def layer_norm(self, x: str, prefix: str, eps: float) -> str:
         w, b = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
@@ -81,4 +95,7 @@ class GraphBuilder:
         return self.op("Unsqueeze", scalar, self.const([0]))
 
     def graph(self, name: str, inputs: list, outputs: list) -> onnx.GraphProto:
+        if not self.gemm:  # a weight only a MatMul's transposed copy reads is not written
+            used = {name for node in self.nodes for name in node.input}
+            self.large = {k: v for k, v in self.large.items() if k in used}
         return helper.make_graph(self.nodes, name, inputs, outputs, list(self.initializers.values()))

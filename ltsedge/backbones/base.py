@@ -96,9 +96,11 @@ class Backbone:
     def export_spec(self, arch: Architecture, variant: str) -> ExportSpec:
         raise NotImplementedError
 
-    def build_graph(self, arch: Architecture, weights: Mapping[str, np.ndarray], opset: int, variant: str
-                    ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
-        """The graph (declaring ``export_spec(arch, variant)``) and the weights it reads, by initializer name."""
+    def build_graph(self, arch: Architecture, weights: Mapping[str, np.ndarray], opset: int, variant: str,
+                    **options) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+        """The graph (declaring ``export_spec(arch, variant)``) and the weights it reads, by initializer name.
+
+        ``options``: ``gemm=False`` (given only for a quantized export) asks for linear layers as MatMul + Add."""
         raise NotImplementedError
 
     # --- the search ------------------------------------------------------------------------------
@@ -157,10 +159,10 @@ class PackageBackbone(Backbone):
 
         return generate_spec(arch)
 
-    def build_graph(self, arch, weights, opset: int, variant: str):
+    def build_graph(self, arch, weights, opset: int, variant: str, **options):
         graph = self._module("graph")
         build = graph.build_generate_graph if variant == "generate" else graph.build_graph
-        return build(arch, weights, opset, self.export_spec(arch, variant))
+        return build(arch, weights, opset, self.export_spec(arch, variant), **options)
 
 
 def forward_spec(arch: Architecture) -> ExportSpec:

@@ -27,10 +27,10 @@ from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
 
-def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``."""
-    g = GraphBuilder(weights, opset)
+    g = GraphBuilder(weights, opset, gemm)
     ids = "input_ids"
     ids_shape = g.op("Shape", ids)  # [B, T]
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
@@ -95,12 +95,12 @@ def _ffn(g: GraphBuilder, prefix: str, x: str) -> str:
 
 def _output(g: GraphBuilder, arch, x: str) -> str:
     if not arch.adaptive:
-        return g.op("Gemm", x, g.weight("wte.weight"), transB=1)  # tied: reuses the embedding initializer
+        return g.matmul_t(x, g.weight("wte.weight"))  # tied: reuses the embedding initializer
     return adaptive_logits(g, arch, x, embedding="wte", head="lm_head")
 
 
-def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                         ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
 
     ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
@@ -109,7 +109,7 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     layers with attention (``kv_cache.cache_layers``). Prefill is the same graph with a past of length 0.
     Mirrors ``GPT2.forward_with_cache``. An all-FFN model has no cache and reads no ``attention_mask``.
     """
-    g = GraphBuilder(weights, opset)
+    g = GraphBuilder(weights, opset, gemm)
     d = arch.d_model
     caches = cache_layers(arch)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]

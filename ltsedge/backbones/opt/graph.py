@@ -23,10 +23,10 @@ from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
 
-def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``."""
-    g = GraphBuilder(weights, opset)
+    g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
     positions = g.op("Range", g.const(POSITION_OFFSET), g.op("Add", seq_len, g.const(POSITION_OFFSET)), g.const(1))
@@ -35,8 +35,8 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
     return _finish(g, arch, spec, x, ids_shape, allowed, caches=None, name=f"ltsedge_{arch.backbone}")
 
 
-def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                         ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
 
     ``input_ids``, ``position_ids`` [batch, sequence] (0-based, as runtimes feed them: the graph adds
@@ -44,7 +44,7 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     (``kv_cache.cache_layers``) ``past_key_values.{k}.key/.value`` -> ``logits`` and ``present.{k}.*``.
     Prefill is the same graph with a past of length 0. Mirrors ``OPT.forward_with_cache``.
     """
-    g = GraphBuilder(weights, opset)
+    g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")
     positions = g.op("Add", "position_ids", g.const(POSITION_OFFSET))
     x = _embed(g, arch, positions)  # [B, T, d]
@@ -83,7 +83,7 @@ def _finish(g: GraphBuilder, arch, spec: ExportSpec, x: str, ids_shape: str, all
             f = g.linear(g.layer_norm(x, f"{prefix}.final_layer_norm", LAYER_NORM_EPS), f"{prefix}.fc1")
             x = g.op("Add", x, g.linear(g.op("Relu", f), f"{prefix}.fc2"))
     x = g.layer_norm(x, "decoder.final_layer_norm", LAYER_NORM_EPS)
-    logits = g.op("Gemm", x, g.weight("decoder.embed_tokens.weight"), transB=1)  # tied: the embedding initializer
+    logits = g.matmul_t(x, g.weight("decoder.embed_tokens.weight"))  # tied: the embedding initializer
     g.op("Reshape", logits, g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
     g.rename_last("logits")
     graph = g.graph(name, [t.value_info() for t in spec.inputs], [t.value_info() for t in spec.outputs])

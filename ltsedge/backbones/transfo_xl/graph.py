@@ -29,19 +29,19 @@ from ltsedge.onnx_graph import GraphBuilder
 END = np.iinfo(np.int64).max  # Slice to the end
 
 
-def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The forward variant: one segment without memory, ``input_ids [batch, sequence] -> logits``."""
-    return _build(arch, weights, opset, spec, f"ltsedge_{arch.backbone}", mems=None)
+    return _build(arch, weights, opset, spec, f"ltsedge_{arch.backbone}", mems=None, gemm=gemm)
 
 
-def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec
-                         ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The generate variant: ``input_ids`` and per attention layer ``mems.{k} [batch, past, d_model]``
     -> ``logits`` and ``new_mems.{k}`` (the last mem_len of memory and segment). Mirrors
     ``TransfoXL.forward_with_mems``."""
     mems = [t.name for t in spec.input("past")]
-    return _build(arch, weights, opset, spec, f"ltsedge_{arch.backbone}_generate", mems=mems)
+    return _build(arch, weights, opset, spec, f"ltsedge_{arch.backbone}_generate", mems=mems, gemm=gemm)
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class Segment:
     visible: str  # [T, K] bool: key j <= M + i
 
 
-def _build(arch, weights, opset: int, spec: ExportSpec, name: str, mems: list[str] | None):
-    g = GraphBuilder(weights, opset)
+def _build(arch, weights, opset: int, spec: ExportSpec, name: str, mems: list[str] | None, gemm: bool = True):
+    g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]
     x = _embed(g, arch, ids_shape)  # [B*T, d]
     seg = _segment(g, arch, ids_shape, mems[0] if mems else None) if arch.attention_layers else None
@@ -110,8 +110,8 @@ def _attention(g: GraphBuilder, arch, i: int, x: str, seg: Segment, mem: str | N
         g.rename_last(new_mem)
         cat = g.op("Reshape", cat, g.const([-1, d]))
     qkv = g.weights[f"{p}.qkv_net.weight"]
-    q = g.op("Gemm", x, g.weight(f"{p}.qkv_net.weight.q", qkv[:d]), transB=1)  # [B*T, d]
-    kv = g.op("Gemm", cat, g.weight(f"{p}.qkv_net.weight.kv", qkv[d:]), transB=1)  # [B*K, 2d]
+    q = g.matmul_t(x, g.weight(f"{p}.qkv_net.weight.q", qkv[:d]))  # [B*T, d]
+    kv = g.matmul_t(cat, g.weight(f"{p}.qkv_net.weight.kv", qkv[d:]))  # [B*K, 2d]
     k, v = g.op("Split", kv, g.const([d, d]), axis=1, n_out=2)
     batch = g.op("Slice", seg.ids_shape, g.const([0]), g.const([1]))
     kv_heads = g.op("Concat", batch, g.const([-1, h, dh]), axis=0)  # [B, K, h, dh]
@@ -119,7 +119,7 @@ def _attention(g: GraphBuilder, arch, i: int, x: str, seg: Segment, mem: str | N
              perm=[0, 2, 1, 3])  # [B, h, T, dh]
     k = g.op("Transpose", g.op("Reshape", k, kv_heads), perm=[0, 2, 3, 1])  # [B, h, dh, K]
     v = g.op("Transpose", g.op("Reshape", v, kv_heads), perm=[0, 2, 1, 3])  # [B, h, K, dh]
-    r = g.op("Reshape", g.op("Gemm", seg.pos_emb, g.weight(f"{p}.r_net.weight"), transB=1), g.const([-1, h, dh]))
+    r = g.op("Reshape", g.matmul_t(seg.pos_emb, g.weight(f"{p}.r_net.weight")), g.const([-1, h, dh]))
     r = g.op("Transpose", r, perm=[1, 2, 0])  # [h, dh, K]
 
     r_w_bias = g.weight(f"{p}.r_w_bias", g.weights[f"{p}.r_w_bias"].reshape(h, 1, dh))
@@ -142,5 +142,5 @@ def _ffn(g: GraphBuilder, i: int, x: str) -> str:
 
 def _output(g: GraphBuilder, arch, x: str) -> str:
     if not arch.adaptive:
-        return g.op("Gemm", x, g.weight("word_emb.weight"), transB=1)  # tied: reuses the embedding initializer
+        return g.matmul_t(x, g.weight("word_emb.weight"))  # tied: reuses the embedding initializer
     return adaptive_logits(g, arch, x, embedding="word_emb", head="crit")
