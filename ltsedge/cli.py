@@ -73,6 +73,10 @@ def params(
         typer.echo(f"{key:<18}{value:>15,}")
 
 
+PRECISION_HELP = ("fp32 | int8 (onnxruntime's quantize_dynamic) | int4 (MatMulNBits, onnxruntime >= 1.17) | "
+                  "fp16 (CUDA execution provider only).")
+
+
 @app.command()
 def export(
     arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
@@ -88,17 +92,18 @@ def export(
     target_ort: Optional[str] = typer.Option(
         None, "--target-ort", help="onnxruntime version the model must load in (default: the local one)."
     ),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ) -> None:
     """Export an architecture to ONNX: one model file, or a generation bundle (--variant generate)."""
     from ltsedge.exporters.bundle import export_to_path
 
     arch = Architecture.load(arch_file)
     model, files = export_to_path(arch, output, variant=variant, weights=weights, tokenizer=tokenizer,
-                                  target_ort=target_ort, external_data=external_data)
+                                  target_ort=target_ort, external_data=external_data, precision=precision)
     t = model.target
     kind = "trained" if weights else "random"
-    typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, opset {t.opset}, "
-               f"IR {t.ir_version})")
+    typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, {model.precision}, "
+               f"opset {t.opset}, IR {t.ir_version})")
     for path, sha in files.items():
         typer.echo(f"  {path}  sha256 {sha[:16]}…")
 
@@ -134,12 +139,15 @@ def profile(
                                 "(KV cache: prefill and per-token decode are timed)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
+    precision: Optional[str] = typer.Option(None, "--precision", help="For ARCH.json: " + PRECISION_HELP
+                                            + " Default: the device profile's [export] precision, else fp32."),
 ) -> None:
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
     result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
-                           target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine)
+                           target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
+                           precision=precision)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:

@@ -19,16 +19,26 @@ from ltsedge.hashing import settings_hash
 
 WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
 DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variants: it is left out of them
+DEFAULT_PRECISION = "fp32"  # the same for precisions (ltsedge.exporters.quantize)
 
 
-def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT) -> str:
-    """Store key of an exported candidate: its id and everything that decides the exported bytes."""
+def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT, precision: str = DEFAULT_PRECISION,
+                        quantization=None) -> str:
+    """Store key of an exported candidate: its id and everything that decides the exported bytes.
+
+    A quantized candidate's key names its precision (an int8 figure never answers for fp32) and any
+    quantization options (``exporters.quantize.QuantOptions``) other than the defaults."""
     from ltsedge.backbones import get_backbone
 
     settings: dict[str, Any] = {"graph": get_backbone(arch.backbone).graph_version, "opset": target.opset,
                                 "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
     if variant != DEFAULT_VARIANT:
         settings["variant"] = variant
+    if precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
+        settings["precision"] = precision
+        options = quantization.key(precision) if quantization is not None else None
+        if options:
+            settings["quantization"] = options
     return arch_key(arch.id, settings)
 
 

@@ -13,8 +13,10 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
+from ltsedge.exporters.quantize import check_precision
 from ltsedge.files import sha256_of
 from ltsedge.keys import (
+    DEFAULT_PRECISION,
     DEFAULT_VARIANT,
     candidate_model_key,
     file_key,
@@ -30,8 +32,11 @@ from ltsedge.store import MeasurementStore
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
                   target_ort: str | None = None, variant: str = DEFAULT_VARIANT, scheduler: str | None = None,
-                  machine: str | None = None) -> dict:
-    """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object)."""
+                  machine: str | None = None, precision: str | None = None) -> dict:
+    """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object).
+
+    ``precision`` (an architecture only; default: the profile's [export] precision, else fp32): the
+    candidate is exported at it, and keyed by it in the store. An ONNX file is measured as it is."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
     if not path.is_file():
@@ -39,9 +44,15 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     target_ort = target_ort or profile.target_ort
     sha256 = None
     if path.suffix.lower() == ".json":
+        precision = precision or profile.precision or DEFAULT_PRECISION
+        target = target_for(target_ort)
+        check_precision(precision, target.runtime, profile.execution_provider)  # before anything is measured
         arch = Architecture.load(path)
-        key = candidate_model_key(arch, target_for(target_ort), variant)
+        key = candidate_model_key(arch, target, variant, precision)
     else:
+        if precision is not None:
+            raise LtsedgeError(f"--precision is for an architecture (ARCH.json): {path} is measured as it is "
+                               f"(quantize it before, or export the architecture with --precision)")
         arch, variant = _architecture_or_none(path)
         sha256 = sha256_of(path)
         key = file_key(sha256)
@@ -55,12 +66,14 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
             onnx_path = path
             if arch is not None and sha256 is None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
-                export_model(arch, target_ort=target_ort, variant=variant).save(onnx_path, digest=False)
+                export_model(arch, target_ort=target_ort, variant=variant, precision=precision,
+                             execution_provider=profile.execution_provider).save(onnx_path, digest=False)
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
             store.put(*store_key, measurement, fingerprint=fingerprint,
                       settings=measurement_settings(profile, shapes, variant))
     counts = count_params(arch).to_dict() if arch else {}
-    return {"model": str(path), "sha256": sha256, "variant": variant, "device": profile.name, **measurement, **counts,
+    return {"model": str(path), "sha256": sha256, "variant": variant, "precision": precision, "device": profile.name,
+            **measurement, **counts,
             "architecture_id": arch.id if arch else None, "shapes": shapes or None, "cached": cached,
             "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
 

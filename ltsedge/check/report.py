@@ -45,6 +45,7 @@ class ModelResult:
     previous: PreviousEntry | None = None
     matched_by: str | None = None
     notes: list[str] = field(default_factory=list)
+    precision: dict | None = None  # {"precision": "int4", "quantized_ops": {...}} as found in the file
 
     @property
     def model(self) -> str:
@@ -92,6 +93,8 @@ class ModelResult:
         return {
             "model": self.model, "path": str(self.target.path.resolve()), "sha256": self.sha256,
             "architecture_id": self.architecture_id, "shapes": self.shapes or None,
+            "precision": self.precision["precision"] if self.precision else None,
+            "quantized_ops": self.precision["quantized_ops"] if self.precision else None,
             "ok": self.ok, "error": None if self.ok else self.error,
             "latency_ms": lat.latency_ms if lat else None, "latency_p90_ms": lat.latency_p90_ms if lat else None,
             "latency_min_ms": lat.latency_min_ms if lat else None, "latency_cv": lat.latency_cv if lat else None,
@@ -227,6 +230,9 @@ class CheckReport:
         for note in self.notes:
             console.print(f"note: {escape(note)}", soft_wrap=True)
         for r in self.results:
+            if r.precision and r.precision["quantized_ops"]:  # fp32 models: nothing to say
+                ops = ", ".join(f"{op} x{n}" for op, n in r.precision["quantized_ops"].items())
+                console.print(f"{escape(r.model)}: {r.precision['precision']} ({escape(ops)})", soft_wrap=True)
             for note in [*r.notes, *(n for c in r.checks for n in c.notes)]:
                 console.print(f"note: {escape(r.model)}: {escape(note)}", soft_wrap=True)
         n = self.counts()

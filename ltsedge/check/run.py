@@ -37,6 +37,7 @@ class ModelInfo:
     sha256: str
     architecture_id: str | None
     inputs: dict[str, list] | None  # declared inputs (not initializers) -> dims; None if onnx cannot read it
+    precision: dict | None = None  # what its operators run at (exporters.quantize.precision_of); None: unreadable
 
 
 def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
@@ -135,7 +136,7 @@ def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | 
     checks = [Check(target.display, metric, "budget", target.budgets.get(key), target.budgets.sources[key])
               for key, metric in BUDGET_KEYS.items() if target.budgets.get(key) is not None]
     result = ModelResult(target=target, sha256=info.sha256, architecture_id=info.architecture_id, shapes=shapes,
-                         checks=checks)
+                         checks=checks, precision=info.precision)
     if previous is None:
         return result
     entry, how = match
@@ -178,7 +179,9 @@ def inspect_model(path: Path) -> ModelInfo:
         tensor = vi.type.tensor_type
         inputs[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
                            if tensor.HasField("shape") else None)
-    return ModelInfo(sha256, read_metadata(proto).get("id"), inputs)
+    from ltsedge.exporters.quantize import precision_of
+
+    return ModelInfo(sha256, read_metadata(proto).get("id"), inputs, precision_of(proto))
 
 
 def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], profile: DeviceProfile

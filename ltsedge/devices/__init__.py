@@ -28,7 +28,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "limits": ("timeout_s", "memory_limit_mb"),
     "budgets": ("max_latency_ms", "max_memory_mb", "max_prefill_ms", "max_decode_ms"),
     "thermal": ("cooldown_s", "max_temperature_c", "max_cooldown_wait_s"),
-    "export": ("target_ort",),
+    "export": ("target_ort", "precision"),
 }
 TOP_LEVEL = ("name", "description")
 

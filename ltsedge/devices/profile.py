@@ -69,6 +69,7 @@ class DeviceProfile:
     max_cooldown_wait_s: float = 120.0
     # [export]
     target_ort: str | None = None  # onnxruntime version the exported models must load in
+    precision: str | None = None  # fp32 | int8 | int4 | fp16 (CUDA): what architectures are exported at
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -185,3 +186,10 @@ def _check_ranges(p: DeviceProfile) -> None:
             parse_version(p.target_ort)
         except LtsedgeError as e:
             raise LtsedgeError(f"{p.label}: target_ort: {e}") from None
+    if p.precision is not None:
+        from ltsedge.exporters.quantize import check_precision
+
+        try:  # a precision its provider or target runtime cannot run is refused on load, not mid-search
+            check_precision(p.precision, p.target_ort or "99.0", p.execution_provider)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{p.label}: precision: {str(e).replace('--precision ', '')}") from None

@@ -20,6 +20,7 @@ import ltsedge
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.quantize import DEFAULT_PRECISION, QuantOptions, check_precision, quantize_model
 from ltsedge.extras import require
 from ltsedge.iospec import ExportSpec
 from ltsedge.keys import DEFAULT_VARIANT
@@ -43,6 +44,7 @@ class ExportedModel:
     spec: ExportSpec
     proto: onnx.ModelProto  # everything but the weights
     weights: list  # (initializer name, array), in file order
+    precision: str = "fp32"  # fp32 | fp16 | int8 | int4 (ltsedge.exporters.quantize)
 
     @property
     def nbytes(self) -> int:
@@ -112,19 +114,26 @@ def weight_seed(arch: Architecture) -> int:
 
 def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int | None = None,
                  shared_weights: bool = True, variant: str = DEFAULT_VARIANT, weights=None,
-                 weights_source: str = "weights") -> ExportedModel:
+                 weights_source: str = "weights", precision: str = DEFAULT_PRECISION,
+                 quantization: QuantOptions | None = None,
+                 execution_provider: str = "CPUExecutionProvider") -> ExportedModel:
     """The reference PyTorch model as an ONNX model (nothing written yet).
 
     Random weights unless ``weights`` (a ``state_dict`` of the reference model, e.g. from
     ``exporters.weights.load_state_dict``) is given; ``shared_weights`` (the default) draws the random
     matrices from the shared buffer, which makes building a candidate instant; without it every tensor
     is freshly initialised (slower, same graph).
+
+    ``precision`` other than fp32 quantizes the model with onnxruntime's tools (``exporters.quantize``,
+    options in ``quantization``); one the target runtime or ``execution_provider`` cannot run is refused
+    before anything is built.
     """
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
+    target = target_for(target_ort)
+    check_precision(precision, target.runtime, execution_provider)
     require("torch", "exporting an architecture (its PyTorch reference model is built)")
     check_fits_in_memory(arch)
-    target = target_for(target_ort)
     if weights is not None:
         from ltsedge.exporters.weights import checked_weights
 
@@ -133,12 +142,16 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
         model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
         arrays = {name: t.detach().numpy() for name, t in model.state_dict().items()}
     spec = backbone.export_spec(arch, variant)
-    graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant)
+    # onnxruntime's quantizers rewrite MatMul, not Gemm; fp32 keeps its Gemm graph (and its pinned bytes).
+    quantized = precision in ("int8", "int4")
+    graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant,
+                                               **({"gemm": False} if quantized else {}))
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
                               producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
     add_metadata(proto, arch, target, spec, trained=weights is not None)
-    return ExportedModel(arch, target, spec, proto, list(initializers.items()))
+    exported = ExportedModel(arch, target, spec, proto, list(initializers.items()))
+    return exported if precision == DEFAULT_PRECISION else quantize_model(exported, precision, quantization)
 
 
 def check_fits_in_memory(arch: Architecture) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config
+from ltsedge.exporters.quantize import check_precision, precision_fields
 from ltsedge.files import sha256_of
 
 MODEL_FILE = "model.onnx"
@@ -49,6 +50,7 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
     arch = exported.arch
     documents = {"config.json": hf_config(arch, tokenizer_data),
                  "generation_config.json": hf_generation_config(arch, tokenizer_data)}
+    documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
     if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
         documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data), **documents}
     for name, document in documents.items():
@@ -95,19 +97,21 @@ def _write_json(path: Path, document: dict) -> str:
 
 def export_to_path(arch, output: str | Path, *, variant: str = "forward", weights: str | Path | None = None,
                    tokenizer: str | Path | None = None, target_ort: str | None = None,
-                   external_data: bool | None = None):
+                   external_data: bool | None = None, precision: str = "fp32"):
     """What ``ltsedge export`` does: the forward variant as one file (``output``), the generate variant
-    as a bundle directory (``output/``); random weights, or the trained ones of a weights file.
-    Returns (the ExportedModel, file path -> sha256)."""
+    as a bundle directory (``output/``); random weights, or the trained ones of a weights file; at
+    ``precision`` (fp32, or quantized by onnxruntime's tools). Returns (the ExportedModel, file path -> sha256)."""
     from ltsedge.exporters import export_model
     from ltsedge.exporters.weights import load_state_dict
+    from ltsedge.ortcompat import target_for
 
+    check_precision(precision, target_for(target_ort).runtime)  # before any file is read or written
     output = Path(output)
     if tokenizer is not None and variant != "generate":
         raise LtsedgeError("--tokenizer belongs in a bundle: export with --variant generate")
     state = load_state_dict(weights) if weights is not None else None
     exported = export_model(arch, target_ort=target_ort, variant=variant, weights=state,
-                            weights_source=f"weights file {weights}")
+                            weights_source=f"weights file {weights}", precision=precision)
     if variant == "generate":
         files = write_bundle(exported, output, tokenizer=tokenizer, external_data=external_data)
         return exported, {str(output / name): sha for name, sha in files.items()}
