@@ -264,3 +264,13 @@ def test_export_cli_writes_the_precision_and_check_reports_it(tmp_path, arch_fil
     assert results["m.onnx"]["precision"] == "int4" and results["m.onnx"]["quantized_ops"]["MatMulNBits"] == 9
     assert results["f.onnx"]["precision"] == "fp32" and results["f.onnx"]["quantized_ops"] == {}
     assert results["q.onnx"]["precision"] == "int8" and results["q.onnx"]["quantized_ops"]["MatMulInteger"] == 9
+
+
+def test_fp16_for_a_cuda_provider_holds_fp16_weights_behind_fp32_inputs_and_outputs():
+    """fp16 is refused on CPU (above); for a CUDA provider the export converts (this machine has no GPU to
+    time it on: only its form is checked here)."""
+    fp16 = export_model(SMALL, variant="generate", precision="fp16", execution_provider="CUDAExecutionProvider")
+    proto = onnx.load_from_string(fp16.to_bytes())
+    assert precision_of(proto)["precision"] == "fp16" and read_metadata(proto)["precision"] == "fp16"
+    assert {o.type.tensor_type.elem_type for o in proto.graph.output} == {onnx.TensorProto.FLOAT}
+    assert fp16.nbytes < 0.6 * export_model(SMALL, variant="generate").nbytes

@@ -33,7 +33,8 @@ from ltsedge.ortcompat import parse_version
 
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 # The oldest onnxruntime that runs each precision: com.microsoft MatMulNBits first shipped in 1.17
-# (onnxruntime PR 17890); int8's DynamicQuantizeLinear and MatMulInteger are standard ONNX operators.
+# (onnxruntime PR 17890; its accuracy_level attribute, PR 17669, in the same release); int8's
+# DynamicQuantizeLinear and MatMulInteger are standard ONNX operators.
 MIN_ORT = {"int4": (1, 17)}
 FP16_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 INT4_BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -45,9 +46,12 @@ class QuantOptions:
     """How a precision is reached; every field decides the exported bytes (the defaults leave store keys short)."""
 
     per_channel: bool = False  # int8: one scale per output channel instead of per tensor
-    block_size: int = 32  # int4: weights per scale (onnxruntime-genai's builder uses 32 for CPU)
-    symmetric: bool = True  # int4: no zero points
-    accuracy_level: int | None = None  # int4: MatMulNBits' compute type (1 fp32 ... 4 int8); None: onnxruntime's
+    # int4: onnxruntime-genai's model builder's defaults for CPU. Accuracy level 4 computes in int8 (the
+    # activations quantized per block at run time): measured here 2.3x faster per decoded token than
+    # level 0 (fp32 compute), which decodes slower than the fp32 model (docs/benchmarks.md).
+    block_size: int = 32  # weights per scale
+    symmetric: bool = True  # no zero points
+    accuracy_level: int | None = 4  # MatMulNBits' compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8
 
     def __post_init__(self) -> None:
         if self.block_size not in INT4_BLOCK_SIZES:
@@ -86,6 +90,7 @@ def check_precision(precision: str, runtime: str, execution_provider: str = "CPU
 def quantize_model(exported, precision: str, options: QuantOptions | None = None):
     """The exported fp32 model (built with ``gemm=False``) at ``precision``: a new ExportedModel whose
     opset, IR version and ltsedge metadata are the fp32 model's, plus ``ltsedge.precision``."""
+    import onnx
     from onnx import helper, numpy_helper
 
     from ltsedge.exporters import METADATA_PREFIX, ExportedModel
@@ -93,11 +98,13 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
     options = options or QuantOptions()
     if precision == DEFAULT_PRECISION:
         return exported
-    with tempfile.TemporaryDirectory(prefix="ltsedge-quantize-") as scratch:
-        source = Path(scratch) / "fp32.onnx"
-        exported.save(source, digest=False)
-        with _quiet():
-            proto = _QUANTIZERS[precision](source, Path(scratch), options)
+    if exported.needs_external_data():
+        raise LtsedgeError(f"{exported.arch.id} is {exported.nbytes / 2**30:.2f} GiB in fp32: quantizing a model "
+                           f"over protobuf's 2 GB is not supported yet (export it in fp32)")
+    # The whole model in memory, parsed from its bytes: half the time of building the tensors one by one.
+    model = onnx.load_from_string(exported.to_bytes())
+    with tempfile.TemporaryDirectory(prefix="ltsedge-quantize-") as scratch, _quiet():
+        proto = _QUANTIZERS[precision](model, Path(scratch), options)
     # The tools' shape inference leaves value_info that onnxruntime then contradicts (scalars as [1]):
     # the exporter declares none, so none is kept.
     proto.graph.ClearField("value_info")
@@ -108,7 +115,7 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
             opset.version = exported.target.opset
     # The weights go back beside the graph (written without protobuf copies, inline or external);
     # constants, scales and scalar zero points stay in it (the weight writer makes every array >= 1-D).
-    small = [t for t in proto.graph.initializer if len(t.dims) == 0 or _nbytes(t) < SMALL_TENSOR]
+    small = [_copy(t) for t in proto.graph.initializer if len(t.dims) == 0 or _nbytes(t) < SMALL_TENSOR]
     weights = [(t.name, numpy_helper.to_array(t)) for t in proto.graph.initializer if _nbytes(t) >= SMALL_TENSOR
                and len(t.dims)]
     proto.graph.ClearField("initializer")
@@ -134,56 +141,58 @@ def precision_fields(exported) -> dict:
 
 @contextlib.contextmanager
 def _quiet():
-    """The quantizers log advice for image models ("consider pre-processing") at WARNING on the root
-    logger: not for our users, whose one line per problem is the rule."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    """The quantizers log advice for image models ("consider pre-processing") and a line per node, on
+    their own loggers: not for our users, whose rule is one line per problem. Errors still raise."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     try:
         yield
     finally:
-        root.setLevel(level)
+        logging.disable(previous)
 
 
-def _int8(source: Path, scratch: Path, options: QuantOptions):
+def _int8(model, scratch: Path, options: QuantOptions):
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model = onnx.load(str(source))
     target = scratch / "int8.onnx"
     # Only weights: MatMuls with a constant right-hand side (attention's activation x activation
     # MatMuls stay fp32, as in onnxruntime's own Transformer recipes).
     nodes = list(_constant_weight_nodes(model))
-    quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
+    quantize_dynamic(model, target, op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
                      per_channel=options.per_channel, weight_type=QuantType.QInt8,
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     return onnx.load(str(target))
 
 
-def _int4(source: Path, scratch: Path, options: QuantOptions):
-    import onnx
-
+def _int4(model, scratch: Path, options: QuantOptions):
     from ltsedge.extras import require
 
     require("onnx_ir", "--precision int4 (onnxruntime's MatMulNBitsQuantizer)")
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), bits=4, block_size=options.block_size,
-                                     is_symmetric=options.symmetric, accuracy_level=options.accuracy_level,
-                                     op_types_to_quantize=("MatMul",))
+    quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=options.block_size, is_symmetric=options.symmetric,
+                                     accuracy_level=options.accuracy_level, op_types_to_quantize=("MatMul",))
     quantizer.process()
     return quantizer.model.model
 
 
-def _fp16(source: Path, scratch: Path, options: QuantOptions):
-    import onnx
+def _fp16(model, scratch: Path, options: QuantOptions):
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     # Inputs and outputs stay fp32 (the declared I/O spec); Cast nodes sit at the edges.
-    return convert_float_to_float16(onnx.load(str(source)), keep_io_types=True, disable_shape_infer=True)
+    return convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
 
 
 _QUANTIZERS = {"int8": _int8, "int4": _int4, "fp16": _fp16}
+
+
+def _copy(tensor):
+    import onnx
+
+    out = onnx.TensorProto()
+    out.CopyFrom(tensor)  # its own message: the field it came from is cleared
+    return out
 
 
 def _nbytes(tensor) -> int:
