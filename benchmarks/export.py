@@ -7,6 +7,13 @@ variant) or one decode step after a cache of 192 tokens (generate variant). Medi
 runs, each in a fresh state for the model (the shared weight buffer stays warm, as in a search).
 
     python benchmarks/export.py [--repeats 3] [--fresh-weights] [--variant forward|generate|both]
+
+``--quantized`` instead: what quantizing adds to an export (int8: onnxruntime's quantize_dynamic; int4:
+its MatMulNBitsQuantizer), the export time at each precision minus fp32's, for 2 x 256 and 6 x 512; then
+fp32 / int8 / int4 side by side in one Runner (generate variant: prefill of 192 tokens, decode per token
+after 192, peak memory) with each file's size.
+
+    python benchmarks/export.py --quantized [--repeats 3]
 """
 
 from __future__ import annotations
@@ -61,12 +68,63 @@ def one_run(arch: Architecture, path: Path, shared: bool, variant: str) -> dict:
             "total": t3 - t0, "mb": exported.nbytes / 1e6}
 
 
+PRECISIONS = ("fp32", "int8", "int4")
+QUANTIZED_SHAPES = [(2, 256), (6, 512)]
+
+
+def quantized(repeats: int) -> None:
+    """Quantization's cost per candidate, then the three precisions measured side by side."""
+    from ltsedge.devices import load_profile
+    from ltsedge.runners import Runner
+
+    export_model(arch_for(1, 64), precision="int4")  # the quantizers' imports, paid once per process
+    print(f"{'architecture':<14}{'variant':>9}" + "".join(f"{p + ' export':>13}" for p in PRECISIONS)
+          + f"{'int8 adds':>11}{'int4 adds':>11}")
+    for n_layer, d_model in QUANTIZED_SHAPES:
+        arch = arch_for(n_layer, d_model)
+        for variant in ("forward", "generate"):
+            times = {}
+            for precision in PRECISIONS:
+                runs = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    export_model(arch, variant=variant, precision=precision)
+                    runs.append(time.perf_counter() - t0)
+                times[precision] = statistics.median(runs)
+            print(f"{n_layer:>2} x {d_model:<9}{variant:>9}" + "".join(f"{times[p]:>12.2f}s" for p in PRECISIONS)
+                  + f"{times['int8'] - times['fp32']:>10.2f}s{times['int4'] - times['fp32']:>10.2f}s")
+
+    profile = load_profile("cpu").replace(sequence=192, context=192, drift_check_every=0)
+    print(f"\n{'architecture':<14}{'precision':>10}{'file MB':>9}{'prefill ms':>11}{'decode ms/token':>16}"
+          f"{'peak MB':>9}{'decode runs':>12}")
+    with tempfile.TemporaryDirectory() as tmp, Runner(profile) as runner:
+        for n_layer, d_model in QUANTIZED_SHAPES:
+            arch = arch_for(n_layer, d_model)
+            paths, sizes = [], []
+            for precision in PRECISIONS:
+                path = Path(tmp) / f"{arch.id}-{precision}.onnx"
+                exported = export_model(arch, variant="generate", precision=precision)
+                exported.save(path, digest=False)
+                paths.append(path)
+                sizes.append(path.stat().st_size / 1e6)
+            for precision, size, m in zip(PRECISIONS, sizes, runner.measure_many(paths), strict=True):
+                if not m.ok:
+                    print(f"{n_layer:>2} x {d_model:<9}{precision:>10}{size:>9.0f}  failed: {m.error}")
+                    continue
+                print(f"{n_layer:>2} x {d_model:<9}{precision:>10}{size:>9.0f}{m.prefill_latency_ms:>11.2f}"
+                      f"{m.decode_latency_ms:>16.3f}{m.peak_memory_mb:>9.0f}{m.workloads['decode']['runs']:>12}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fresh-weights", action="store_true", help="initialise every tensor (no shared buffer)")
     parser.add_argument("--variant", choices=("forward", "generate", "both"), default="both")
+    parser.add_argument("--quantized", action="store_true", help="quantization's cost and fp32/int8/int4 figures")
     args = parser.parse_args()
+    if args.quantized:
+        quantized(args.repeats)
+        return
     variants = ("forward", "generate") if args.variant == "both" else (args.variant,)
     export_model(arch_for(1, 64))  # imports and the onnxruntime probe, paid once per process
     print(f"{'architecture':<14}{'variant':>9}{'params':>8}{'file MB':>9}{'export':>8}{'save':>7}{'load':>7}"
