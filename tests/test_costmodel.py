@@ -340,22 +340,3 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
     assert far.returncode == 0 and "extrapolates" in far.stderr and "peak memory" in far.stdout
     elsewhere = run_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
     assert elsewhere.returncode == 2 and "no cost model" in elsewhere.stderr
-
-
-# --- publishing --------------------------------------------------------------------------------------
-class FrontModel:
-    def __init__(self, name, params, latency, memory):
-        self.arch = type("A", (), {"id": name})()
-        self.params = type("P", (), {"decoder_params": params})()
-        self.latency_ms, self.memory_mb = latency, memory
-
-
-def test_publishing_re_measures_only_front_models_a_few_per_cent_could_reorder():
-    from ltsedge.search.frontier import needs_precision
-
-    front = [FrontModel("small", 100, 1.0, 10.0), FrontModel("twin", 110, 1.03, 10.1),
-             FrontModel("alone", 1000, 5.0, 50.0), FrontModel("far", 2000, 9.0, 90.0)]
-    # "small" is within 2 x 2% latency and 2 x 2% memory of being dominated by "twin": a strict figure
-    # could drop it; "alone" and "far" are beyond any such doubt.
-    assert needs_precision(front, tolerance=0.02) == {"small", "twin"}
-    assert needs_precision(front, tolerance=0.0) == set()

@@ -172,7 +172,8 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     assert "resuming" in resumed.stderr
     records = read_jsonl(out / "candidates.jsonl")
     ids = [r["id"] for r in records]
-    assert len(ids) == len(set(ids))  # no architecture evaluated twice across the kill
+    measured = [r["id"] for r in records if r["source"] != "predicted"]  # a prediction may be settled later
+    assert len(measured) == len(set(measured))  # no architecture measured twice across the kill
     assert measured_before < set(ids)
     summary = json.loads((out / "search.json").read_text())
     assert summary["generations_completed"] == 4

@@ -51,8 +51,7 @@ class Candidate:
     measurement: dict
     # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
     # "settled" (predicted, then measured at the end because its prediction would enter the front),
-    # "skipped" (outside the parameter budget) or "final" (published: its measurement says whether it was
-    # re-measured strictly from the shipped file, or kept the search's figures of the same bytes)
+    # "skipped" (outside the parameter budget) or "final" (re-measured strictly from the published file)
     source: str
     generation: int
     latency_field: str = "latency_ms"  # the measurement's figure the search optimises

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ltsedge.devices import DeviceProfile, strict
-from ltsedge.search.baseline import baseline_architectures, best_match, compare
+from ltsedge.search.baseline import baseline_architectures, compare
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import OBJECTIVES, Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, publish
@@ -27,13 +27,9 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
            runner_factory, log, with_baseline: bool = True) -> Finished:
     careful = strict(profile)
     compared = with_baseline and settings.baseline is not None
-    # The front models a baseline model will be compared with are measured in this run like it.
-    matches = {m.arch.id for b in baseline_architectures(settings.baseline, settings.space, front)
-               if (m := best_match(b, front)) is not None} if compared else set()
     with runner_factory(careful, log=log) as runner:
         published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
-                            variant=OBJECTIVES[settings.objective][0], tolerance=profile.tolerance,
-                            also=matches)
+                            variant=OBJECTIVES[settings.objective][0])
         baseline: list[Candidate] = []
         if compared:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),

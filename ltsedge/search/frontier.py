@@ -1,10 +1,10 @@
 """The deployable models that publish the Pareto frontier (its maths are in ``pareto.py``).
 
 Publishing writes each frontier model (``models/<id>.onnx``, or a bundle ``models/<id>/``) and
-re-measures, with a stricter repeat policy, the models whose place on the front depends on a few
-per cent (``needs_precision``); a model far from every other front model keeps the figures the
-search measured, when the file it ships is byte for byte the one measured (same sha256). The front is
-recomputed with the final figures, and every kept file's sha256 checked against the one recorded.
+re-measures it from the exact file the user receives, with a stricter repeat policy: a fresh figure,
+because the search's figures of the models it kept are biased low (among many noisy figures, the
+front holds those that came out lowest). The front is recomputed with those figures, and every kept
+file's sha256 checked against the one recorded when it was measured.
 """
 
 from __future__ import annotations
@@ -36,35 +36,13 @@ class PublishedModel:
         return self.path.parent if self.path.name == MODEL_FILE else None
 
 
-MEMORY_TOLERANCE = 0.02  # the relative spread of a peak between runs, small models aside
-
-
-def needs_precision(front: list[Candidate], tolerance: float) -> set[str]:
-    """Ids of the front models a stricter measurement could move off the front, or that could push
-    another off: those that another front model comes within the figures' uncertainty of dominating,
-    or that come within it of dominating another."""
-    close = set()
-    for a in front:
-        for b in front:
-            if a is b:
-                continue
-            if (b.params.decoder_params >= a.params.decoder_params
-                    and b.latency_ms <= a.latency_ms * (1 + 2 * tolerance)
-                    and b.memory_mb <= a.memory_mb * (1 + 2 * MEMORY_TOLERANCE)):
-                close |= {a.arch.id, b.arch.id}
-    return close
-
-
 def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
-            target_ort: str | None = None, log=print, variant: str = "forward",
-            tolerance: float | None = None, also: set[str] = frozenset()) -> list[PublishedModel]:
+            target_ort: str | None = None, log=print, variant: str = "forward") -> list[PublishedModel]:
     """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
 
     The forward variant ships as ``models/<id>.onnx``, the generate variant as a bundle ``models/<id>/``.
     Models an earlier (restarted or interrupted) search of this directory published are removed;
-    only files the manifest records as ltsedge's are ever touched. ``tolerance``: the search's
-    (``needs_precision``); None re-measures every model. ``also``: ids re-measured whatever their place
-    (those the baseline is compared with)."""
+    only files the manifest records as ltsedge's are ever touched."""
     keep = {c.arch.id for c in front}
     for stale in outdir.files_under(MODELS):
         if _model_id(stale) not in keep:
@@ -83,23 +61,14 @@ def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: 
             saved = exported.save_files(outdir.path(model_rel))
             files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}
         written.append((c, model_rel, files))
-    close = needs_precision(front, tolerance) | set(also) if tolerance is not None else {c.arch.id for c in front}
-    again = [(c, rel, files) for c, rel, files in written
-             if c.arch.id in close or c.sha256 != files[rel] or c.measurement.get("stopped_early")
-             or not c.measurement.get("converged", True)]
-    remeasured = dict(zip((c.arch.id for c, _, _ in again),
-                          runner.measure_many([outdir.root / rel for _, rel, _ in again])))
+    remeasured = runner.measure_many([outdir.root / rel for _, rel, _ in written])
     calibration = runner.calibrate().reference_ms
     published = []
-    for c, rel, files in written:
-        if c.arch.id not in remeasured:  # measured from these very bytes, and no decision hangs on a few %
-            record = {**rescaled(c.measurement, calibration), "final_figures": "search"}
-        else:
-            record = {**remeasured[c.arch.id].to_dict(), "final_figures": "re-measured"}
-            if not record.get("ok"):
-                log(f"warning: {c.arch.id} failed its final measurement ({record.get('error')}); "
-                    f"keeping the search figures")
-                record = {**rescaled(c.measurement, calibration), "final_measurement_error": record.get("error")}
+    for (c, rel, files), m in zip(written, remeasured):
+        record = m.to_dict()
+        if not record.get("ok"):
+            log(f"warning: {c.arch.id} failed its final measurement ({record.get('error')}); keeping the search figures")
+            record = {**rescaled(c.measurement, calibration), "final_measurement_error": record.get("error")}
         final = replace(c, measurement=record, source="final")
         published.append(PublishedModel(final, outdir.root / rel, files[rel], files))
     kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in published], budgets)}
