@@ -218,6 +218,9 @@ def search(
     measure: str = typer.Option("front", "--measure", help="front: the device's cost model predicts every "
                                 "candidate and only those that could enter the measured front (or sit near a "
                                 "budget, or are audited) are measured; all: every candidate (the study's protocol)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | int8 | int4 (fp16 on CUDA): every "
+                                            "candidate exported and measured as apps ship it (default: the "
+                                            "profile's [export] precision, else fp32)."),
     seed_baseline: bool = typer.Option(True, "--seed-baseline/--no-seed-baseline", help="Start from the "
                                        "layer-scaled baseline models the space holds (half the first "
                                        "generation at most), so the front can only improve on them."),
@@ -240,7 +243,7 @@ def search(
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
-        target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline,
+        target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline, precision=precision,
         scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )

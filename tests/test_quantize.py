@@ -10,6 +10,7 @@ refused in one line.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -274,3 +275,20 @@ def test_fp16_for_a_cuda_provider_holds_fp16_weights_behind_fp32_inputs_and_outp
     assert precision_of(proto)["precision"] == "fp16" and read_metadata(proto)["precision"] == "fp16"
     assert {o.type.tensor_type.elem_type for o in proto.graph.output} == {onnx.TensorProto.FLOAT}
     assert fp16.nbytes < 0.6 * export_model(SMALL, variant="generate").nbytes
+
+
+def test_a_search_at_int4_measures_and_publishes_int4_models(tmp_path):
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    done = run("search", "--preset", "smoke", "--generations", "1", "--precision", "int4", "--out", out,
+               "--store", store, "--quiet", "--no-baseline")
+    assert done.returncode == 0, done.stderr
+    frontier = json.loads((out / "frontier.json").read_text())
+    assert frontier["precision"] == "int4" and frontier["models"]
+    model = onnx.load(out / frontier["models"][0]["onnx"], load_external_data=False)
+    assert precision_of(model)["precision"] == "int4"
+    keys = [k for (k,) in sqlite3.connect(store).execute("SELECT model_key FROM measurements")]
+    assert keys and all(":precision=int4" in k for k in keys)  # an int4 figure never answers for fp32
+    refused = run("search", "--preset", "smoke", "--precision", "int4", "--target-ort", "1.16",
+                  "--out", tmp_path / "old", "--store", store, "--quiet")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "old" / "candidates.jsonl").exists()  # refused before anything was measured

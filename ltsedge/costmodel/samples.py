@@ -25,10 +25,12 @@ def remember(store, arch: Architecture, model_key: str) -> None:
     store.put_architecture(model_key, export_settings(model_key), arch.to_dict())
 
 
-def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str) -> list[tuple]:
+def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
+                 precision: str = "fp32") -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
-    export target and variant, machine, settings, onnxruntime)."""
-    key = measurement_key(candidate_model_key(like, target, variant), fingerprint, profile, variant=variant)
+    export target, variant and precision, machine, settings, onnxruntime)."""
+    key = measurement_key(candidate_model_key(like, target, variant, precision), fingerprint, profile,
+                          variant=variant)
     samples = []
     for arch, measurement in store.measured_architectures(*key[1:], export_settings(key[0])):
         try:
@@ -38,5 +40,6 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
     return samples
 
 
-def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str) -> CostModel:
-    return CostModel(load_samples(store, like, fingerprint, profile, target, variant), profile, variant)
+def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
+                    precision: str = "fp32") -> CostModel:
+    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision), profile, variant)

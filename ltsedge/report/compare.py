@@ -4,7 +4,8 @@ Figures compare only when measured alike: the same machine (fingerprint), device
 and onnxruntime version; otherwise the comparison is refused unless forced (then the differences are
 listed). Comparing two devices on purpose is what ``--force`` is for. Latencies are put on one scale
 first (ratios to the reference model times one calibration): each search's milliseconds carry the
-calibration of its own run.
+calibration of its own run. Searches at different precisions compare (that is the point of
+running one at int4): each is labelled with its precision.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def compare_searches(out_dirs: list[str | Path], dest: str | Path, *, force: boo
     for i, s in enumerate(searches):  # two directories of the same name: tell them apart
         if names.count(s.name) > 1:
             s.name = f"{s.name}#{i + 1}"
+    if len({s.precision for s in searches}) > 1:  # e.g. an fp32 and an int4 search of one space: label them
+        for s in searches:
+            s.name = f"{s.name} ({s.precision})"
     _one_scale(searches)
     diffs = differences(searches)
     if diffs and not force:

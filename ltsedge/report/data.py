@@ -66,6 +66,12 @@ class SearchData:
             return [k for k in ("decode_latency_ms", "prefill_latency_ms") if k in measured]
         return ["latency_ms"] if "latency_ms" in measured else []
 
+    @property
+    def precision(self) -> str:
+        """What every model of the search was exported and measured at (fp32 before precisions existed)."""
+        value = self.settings.get("precision")
+        return value if isinstance(value, str) else "fp32"
+
     def objective_field(self) -> str:
         return {"decode": "decode_latency_ms", "prefill": "prefill_latency_ms"}.get(self.objective, "latency_ms")
 

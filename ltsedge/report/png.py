@@ -55,7 +55,7 @@ def slice_png(data: SearchData, field: str, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("decoder parameters (the perplexity proxy)")
     ax.set_ylabel(label)
-    title = f"{data.name}: {label} on {data.device}"
+    title = f"{data.name}: {label} on {data.device}, {data.precision}"
     ax.set_title(title + (f"  ({failed} failed, not shown)" if failed else ""), fontsize=10)
     ax.grid(True, which="major", alpha=0.25)
     ax.legend(fontsize=8, loc="best", framealpha=0.9)

@@ -42,6 +42,7 @@ class SearchOptions:
     racing: bool = True
     measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
     seed_baseline: bool = True  # start the search from the layer-scaled baseline models the space holds
+    precision: str | None = None  # fp32 | int8 | int4 | fp16 (CUDA); None: the profile's [export], else fp32
     scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
     machine: str | None = None  # with several kinds of agents: the machine fingerprint to use
     store_path: Path | None = None
@@ -77,7 +78,7 @@ def resolve(options: SearchOptions):
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
-        seed_baseline=options.seed_baseline,
+        seed_baseline=options.seed_baseline, precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )
     return settings, profile
 
@@ -106,6 +107,16 @@ def _check_workload(backbone, space, profile, objective: str) -> None:
     if objective != "forward" and profile.context + 1 > limit:
         raise LtsedgeError(f"context {profile.context} + 1 new token is longer than the space's n_positions {limit}: "
                            f"set the profile's [workload] context <= {limit - 1}")
+
+
+def _precision(given: str | None, profile, target_ort: str | None) -> str:
+    """The precision every candidate is exported at, refused up front where the target cannot run it."""
+    from ltsedge.exporters.quantize import check_precision
+    from ltsedge.ortcompat import target_for
+
+    precision = given or profile.precision or "fp32"
+    check_precision(precision, target_for(target_ort).runtime, profile.execution_provider)
+    return precision
 
 
 def _measure(mode: str) -> str:

@@ -105,10 +105,12 @@ class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
-                 objective: str = "forward", racing: bool = False, screen: Screen | None = None):
+                 objective: str = "forward", racing: bool = False, screen: Screen | None = None,
+                 precision: str = "fp32"):
         self.profile, self.runner, self.store = profile, runner, store
         self.objective, self.racing = objective, racing
         self.screen = screen  # None: every candidate measured (the study's protocol)
+        self.precision = precision  # every candidate is exported (quantized) and measured at it
         self._fitted_on = -1  # samples the screen's cost model was last fitted on
         self.variant, self.latency_field = OBJECTIVES[objective]
         self.target_ort, self.target = target_ort, target_for(target_ort)
@@ -134,7 +136,8 @@ class CandidateEvaluator:
                 continue  # not a candidate record
 
     def store_key(self, arch: Architecture) -> tuple:
-        return measurement_key(candidate_model_key(arch, self.target, self.variant), self.fingerprint, self.profile,
+        return measurement_key(candidate_model_key(arch, self.target, self.variant, self.precision),
+                               self.fingerprint, self.profile,
                                variant=self.variant)
 
     def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
@@ -216,7 +219,8 @@ class CandidateEvaluator:
         if self.stats.measured + self.stats.cached == self._fitted_on:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
-        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.profile, self.target, self.variant))
+        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.profile, self.target, self.variant,
+                                        self.precision))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)
@@ -241,7 +245,8 @@ class CandidateEvaluator:
         try:
             for arch in archs:
                 t = time.perf_counter()
-                exported = export_model(arch, target_ort=self.target_ort, variant=self.variant)
+                exported = export_model(arch, target_ort=self.target_ort, variant=self.variant,
+                                        precision=self.precision, execution_provider=self.profile.execution_provider)
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")

@@ -29,11 +29,12 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     compared = with_baseline and settings.baseline is not None
     with runner_factory(careful, log=log) as runner:
         published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
-                            variant=OBJECTIVES[settings.objective][0])
+                            variant=OBJECTIVES[settings.objective][0], precision=settings.precision)
         baseline: list[Candidate] = []
         if compared:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
-                                           target_ort=settings.target_ort, fresh=True, objective=settings.objective)
+                                           target_ort=settings.target_ort, fresh=True, objective=settings.objective,
+                                           precision=settings.precision)
             final = {p.candidate.arch.id: p.candidate for p in published}
             archs = baseline_architectures(settings.baseline, settings.space, list(final.values()))
             # A baseline model on the front (the search started from it) is that front model: one figure.

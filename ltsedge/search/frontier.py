@@ -37,7 +37,8 @@ class PublishedModel:
 
 
 def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
-            target_ort: str | None = None, log=print, variant: str = "forward") -> list[PublishedModel]:
+            target_ort: str | None = None, log=print, variant: str = "forward",
+            precision: str = "fp32") -> list[PublishedModel]:
     """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
 
     The forward variant ships as ``models/<id>.onnx``, the generate variant as a bundle ``models/<id>/``.
@@ -49,7 +50,8 @@ def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: 
             outdir.remove(stale)
     written = []
     for c in front:
-        exported = export_model(c.arch, target_ort=target_ort, variant=variant)
+        exported = export_model(c.arch, target_ort=target_ort, variant=variant, precision=precision,
+                                execution_provider=runner.profile.execution_provider)
         if variant == "generate":
             files = write_bundle(exported, outdir.root / MODELS / c.arch.id, claim=_claimer(outdir))
             files = {f"{MODELS}/{c.arch.id}/{name}": sha for name, sha in files.items()}

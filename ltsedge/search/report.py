@@ -16,12 +16,12 @@ if TYPE_CHECKING:
 FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "prefill_latency_ms",
                     "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",
                     "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val",
-                    "block_types", "agent"]
+                    "block_types", "agent", "precision"]
 # figures: "measured" or "predicted" (by the device's cost model; then low/high are its interval).
 CANDIDATE_COLUMNS = ["id", "generation", "source", "figures", "ok", "feasible", "decoder_params", "total_params",
                      "latency_ms", "latency_low_ms", "latency_high_ms", "latency_p90_ms", "prefill_latency_ms",
-                     "decode_latency_ms", "peak_memory_mb", "memory_low_mb", "memory_high_mb", "error", "violations", "n_layer", "d_model",
-                     "n_head", "d_inner", "d_embed", "div_val", "block_types", "agent"]
+                     "decode_latency_ms", "peak_memory_mb", "memory_low_mb", "memory_high_mb", "error", "violations",
+                     "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "block_types", "agent"]
 
 
 def versions() -> dict:
@@ -76,9 +76,12 @@ def write_outputs(result: SearchResult) -> None:
     entries = [frontier_entry(p, out_dir) for p in result.frontier]
     _write_json(out_dir / "frontier.json", {"device": summary["device"]["name"], "fingerprint": summary["fingerprint"],
                                             "export": summary.get("export", {}),
-                                            "objective": summary["settings"]["objective"], "models": entries})
+                                            "objective": summary["settings"]["objective"],
+                                            "precision": summary["settings"].get("precision", "fp32"),
+                                            "models": entries})
     _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
-               [{**e, **_flat_arch(p.candidate.arch), "agent": e["measurement"].get("agent") or ""}
+               [{**e, **_flat_arch(p.candidate.arch), "agent": e["measurement"].get("agent") or "",
+                 "precision": summary["settings"].get("precision", "fp32")}
                 for e, p in zip(entries, result.frontier)])
     rows = []
     for c in sorted(result.candidates, key=lambda c: (c.generation, c.arch.id)):

@@ -66,6 +66,7 @@ class SearchSettings:
     racing: bool = True  # a first estimate for all, full precision only where the front can change
     measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
     seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
+    precision: str = "fp32"  # every candidate exported and measured at it: fp32, int8, int4 (fp16 on CUDA)
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -82,7 +83,7 @@ class SearchSettings:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
                 "objective": self.objective, "racing": self.racing, "measure": self.measure,
-                "seed_baseline": self.seed_baseline}
+                "seed_baseline": self.seed_baseline, "precision": self.precision}
 
 
 @dataclass
@@ -135,7 +136,7 @@ class SearchRun:
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,
                 screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed)
-                if self.settings.measure == "front" else None,
+                if self.settings.measure == "front" else None, precision=self.settings.precision,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)
@@ -229,7 +230,7 @@ class SearchRun:
     def _summary(self, evaluator: CandidateEvaluator, frontier_size: int, started: float, interrupted: bool) -> dict:
         return {
             "ltsedge": ltsedge.__version__, "settings": self.settings.to_dict(), "device": self.profile.to_dict(),
-            "fingerprint": evaluator.fingerprint, "export": target_for(self.settings.target_ort).to_dict(),
+            "fingerprint": evaluator.fingerprint, "export": {**target_for(self.settings.target_ort).to_dict(), "precision": self.settings.precision},
             "generations_completed": self.state.generation, "interrupted": interrupted,
             "wall_seconds": self.elapsed_before + time.time() - started,
             "evaluation": evaluator.stats.to_dict(), "cost_model": screening_summary(evaluator),
