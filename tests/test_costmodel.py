@@ -167,15 +167,15 @@ def test_screening_measures_what_could_enter_the_front_and_predicts_the_dominate
     ratio, memory = estimate.ratios["decode"].value, estimate.memory_mb.value
     better = FrontPoint(params * 2, ratio / 2, memory / 2)
     worse = FrontPoint(params // 2, ratio * 2, memory * 2)
-    assert not screen.verdict(arch, params, [better], 1.0).measure
-    assert screen.verdict(arch, params, [worse], 1.0).measure
+    assert not screen.verdict(arch, params, screen.front_points([better]), 1.0).measure
+    assert screen.verdict(arch, params, screen.front_points([worse]), 1.0).measure
     assert screen.verdict(arch, params, [], 1.0).reason == "could enter the front"
     over = Screen("decode", Budgets(max_memory_mb=memory / 2), seed=0, audit_share=0.0)
     over.use(model)
     assert over.verdict(arch, params, [], 1.0).reason == "over a budget"
     near = Screen("decode", Budgets(max_memory_mb=memory), seed=0, audit_share=0.0)
     near.use(model)
-    assert near.verdict(arch, params, [better], 1.0).reason == "near a budget"
+    assert near.verdict(arch, params, near.front_points([better]), 1.0).reason == "near a budget"
 
 
 def test_promise_says_how_far_beyond_the_front_a_point_lies():

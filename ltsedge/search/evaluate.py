@@ -56,7 +56,6 @@ class Candidate:
     generation: int
     latency_field: str = "latency_ms"  # the measurement's figure the search optimises
     prediction: dict | None = None  # what the cost model predicted before it was measured, if it did
-    sha256: str | None = None  # of the model file measured here (None: from the store, or predicted)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +80,6 @@ class Candidate:
             "feasible": self.ok and not violations, "violations": violations,
             "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
             "architecture": self.arch.to_dict(), "measurement": self.measurement, "prediction": self.prediction,
-            "sha256": self.sha256,
         }
 
 
@@ -130,8 +128,7 @@ class CandidateEvaluator:
             try:
                 arch = Architecture.from_dict(record["architecture"])
                 self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
-                                               record["generation"], self.latency_field, record.get("prediction"),
-                                               record.get("sha256"))
+                                               record["generation"], self.latency_field, record.get("prediction"))
             except (KeyError, TypeError, LtsedgeError):
                 continue  # not a candidate record
 
@@ -168,9 +165,9 @@ class CandidateEvaluator:
         pending = list(archs)
         while pending:
             self._refit(pending[0])
-            measured = [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
+            front = self.screen.front_points(self._measured())  # once per round: it changes only by measuring
             calibration = self.runner.calibrate().reference_ms
-            verdicts = {a.id: self.screen.verdict(a, count_params(a).decoder_params, measured, calibration)
+            verdicts = {a.id: self.screen.verdict(a, count_params(a).decoder_params, front, calibration)
                         for a in pending}
             chosen = set(plan(verdicts, share)[:CHUNK])
             batch = [a for a in pending if a.id in chosen]
@@ -188,30 +185,32 @@ class CandidateEvaluator:
                 self._record(candidate)
             pending = [a for a in pending if a not in batch]
 
-    def settle_front(self, limit: int) -> int:
+    def settle_front(self, limit: int) -> None:
         """At the end of a search: measure (at most ``limit``) predicted candidates whose predicted
         figures would enter the measured front, the most promising first, re-judged after every chunk
         against the grown front, so the front a search publishes is the one its predictions point to,
-        in measured figures. Returns how many were measured."""
+        in measured figures (``source`` "settled")."""
         if self.screen is None:
-            return 0
+            return
         settled = 0
         while settled < limit:
-            measured = [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
-            front = self.screen.front_points(measured)
+            front = self.screen.front_points(self._measured())
             ranked = sorted(((promise(c.params.decoder_params, objective_ratio(c.measurement, self.objective),
                                       c.memory_mb, front), c) for c in self.candidates() if c.predicted),
                             key=lambda pc: -pc[0])
             batch = [c for score, c in ranked if score > 1.0 and not self.budgets.violations(
                 c.params.decoder_params, c.latency_ms, c.memory_mb)][:min(CHUNK, limit - settled)]
             if not batch:
-                return settled
+                return
             for old, new in zip(batch, self._measure([c.arch for c in batch], batch[0].generation)):
                 new.generation, new.prediction, new.source = old.generation, old.prediction, "settled"
                 self.stats.predicted -= 1
                 self._record(new)
             settled += len(batch)
-        return settled
+
+    def _measured(self) -> list[Candidate]:
+        """The search's candidates with measured figures (this run's, the store's, settled ones)."""
+        return [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
 
     def _refit(self, like: Architecture) -> None:
         """The cost model on every figure of this machine and settings in the store (this search's and
@@ -241,7 +240,7 @@ class CandidateEvaluator:
         return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
-        paths, written, digests = [], [], []
+        paths, written = [], []
         try:
             for arch in archs:
                 t = time.perf_counter()
@@ -250,10 +249,8 @@ class CandidateEvaluator:
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")
-                saved = exported.save_files(path)
-                written += [path.with_name(name) for name in saved]
+                written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
                 paths.append(path)
-                digests.append(saved[path.name])
                 self.stats.export_seconds += time.perf_counter() - t
             interim: dict[int, Measurement] = {}
 
@@ -272,8 +269,8 @@ class CandidateEvaluator:
         finally:
             for path in written:
                 self._drop_scratch(path)
-        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field,
-                          sha256=sha) for arch, m, sha in zip(archs, measurements, digests)]
+        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field)
+                for arch, m in zip(archs, measurements)]
 
     def _scratch_path(self, name: str) -> Path:
         """Where a candidate's file is written to be measured: the search's recorded .scratch/, or a

@@ -26,12 +26,11 @@ class Finished:
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
            runner_factory, log, with_baseline: bool = True) -> Finished:
     careful = strict(profile)
-    compared = with_baseline and settings.baseline is not None
     with runner_factory(careful, log=log) as runner:
         published = publish(front, runner, outdir, settings.budgets, settings.target_ort, log=log,
                             variant=OBJECTIVES[settings.objective][0], precision=settings.precision)
         baseline: list[Candidate] = []
-        if compared:
+        if with_baseline and settings.baseline is not None:
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
                                            target_ort=settings.target_ort, fresh=True, objective=settings.objective,
                                            precision=settings.precision)

@@ -115,7 +115,6 @@ class SearchRun:
         self.runner_factory = runner_factory
         self.fresh, self.restart, self.log, self.progress = fresh, restart, log, progress
         self.state = RunState()
-        self.settled = 0  # predicted candidates measured at the end because they would enter the front
         self.elapsed_before = 0.0  # wall time of the runs this one resumes
 
     def run(self) -> SearchResult:
@@ -146,7 +145,7 @@ class SearchRun:
                 self.progress.start()
             try:
                 self._evolve(algorithm, evaluator, identity, started)
-                self.settled = evaluator.settle_front(limit=self.settings.population)
+                evaluator.settle_front(limit=self.settings.population)
             except KeyboardInterrupt:
                 interrupted = True
                 self.log("interrupted: writing the frontier found so far (Ctrl-C again to stop at once)")
@@ -158,7 +157,6 @@ class SearchRun:
                           outdir, runner_factory=self.runner_factory, log=self.log, with_baseline=not interrupted)
         summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
         summary["publish_seconds"] = time.time() - publish_started  # strict re-measurement, baseline, files
-        summary["cost_model"]["settled"] = self.settled
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
                               self.settings.budgets, interrupted)
         report.write_outputs(result)

@@ -56,9 +56,9 @@ class Screen:
     def use(self, model: CostModel) -> None:
         self.model = model
 
-    def verdict(self, arch, params: int, measured: list, calibration_ms: float) -> Verdict:
-        """Whether ``arch`` (with ``params`` decoder parameters) must be measured, given the candidates
-        measured so far."""
+    def verdict(self, arch, params: int, front: list[tuple[int, float, float]], calibration_ms: float) -> Verdict:
+        """Whether ``arch`` (with ``params`` decoder parameters) must be measured, given the front
+        measured so far (``front_points``)."""
         if self.model is None or not self.model.ready:
             return Verdict(True, "no cost model yet")
         estimate = self.model.predict(arch)
@@ -70,7 +70,7 @@ class Screen:
             return Verdict(budget[0], budget[1], estimate)
         if audited(self.seed, arch.id, self.audit_share):
             return Verdict(True, "audit", estimate)
-        score = promise(params, ratio.low, memory.low, self.front_points(measured))
+        score = promise(params, ratio.low, memory.low, front)
         if score <= 1.0:
             return Verdict(False, "dominated by the measured front", estimate, score)
         return Verdict(True, "could enter the front", estimate, score)
@@ -125,7 +125,7 @@ def predicted_measurement(estimate: Estimate, objective: str, variant: str, cali
                            "latency_low_ms": p.low * calibration_ms, "latency_high_ms": p.high * calibration_ms}
     primary = "decode" if variant == "generate" else "forward"
     out = {"ok": True, "predicted": True, "extrapolated": estimate.extrapolated, "calibration_ms": calibration_ms,
-           "workload": primary, **{k: v for k, v in workloads[primary].items()},
+           "workload": primary, **workloads[primary],
            "peak_memory_mb": estimate.memory_mb.value, "memory_low_mb": estimate.memory_mb.low,
            "memory_high_mb": estimate.memory_mb.high}
     if variant == "generate":
@@ -147,7 +147,8 @@ def screening_summary(evaluator) -> dict:
     candidates = evaluator.candidates()
     out = {"measure": "front" if evaluator.screen is not None else "all", "evaluated": len(candidates),
            "measured": sum(c.source in ("measured", "store", "settled") for c in candidates),
-           "predicted": sum(c.predicted for c in candidates)}
+           "predicted": sum(c.predicted for c in candidates),
+           "settled": sum(c.source == "settled" for c in candidates)}
     checked = [c for c in candidates if c.prediction and c.ok and not c.predicted]
     for target in (evaluator.objective, "memory_mb"):
         errors, inside = [], 0
