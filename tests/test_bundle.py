@@ -86,7 +86,9 @@ def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
     assert proc.returncode == 0, proc.stderr
     bundle = tmp_path / "bundle"
     assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
-                                                 "generation_config.json"}
+                                                 "generation_config.json", ".ltsedge-manifest.json"}
+    assert sorted(json.loads((bundle / ".ltsedge-manifest.json").read_text())["files"]) == [
+        "config.json", "genai_config.json", "generation_config.json", "model.onnx"]  # what ltsedge may overwrite
     config = json.loads((bundle / "config.json").read_text())
     assert config["ltsedge"]["n_head_per_layer"] == [2, 8, 4]
     session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -101,11 +101,11 @@ def test_the_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path
     from pathlib import Path
 
     events = []
-    real_fsync, real_replace = os.fsync, Path.replace
+    real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}"))),
                                                  real_fsync(fd))[1])
-    monkeypatch.setattr(Path, "replace", lambda self, target: (events.append(("rename", Path(target).name)),
-                                                               real_replace(self, target))[1])
+    monkeypatch.setattr(os, "replace", lambda source, target: (events.append(("rename", Path(target).name)),
+                                                               real_replace(source, target))[1])
     algorithm = fresh_algorithm()
     generation(algorithm)
     save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))

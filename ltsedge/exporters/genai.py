@@ -22,8 +22,10 @@ GENAI_MODEL_TYPE = "decoder"
 def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
     """bos/eos/pad ids from the tokenizer's special tokens; eos defaults to the last id (GPT-2's rule),
     bos and pad to eos."""
-    special = {str(t.get("content", "")).lower(): t["id"] for t in (tokenizer or {}).get("added_tokens", [])
-               if t.get("special") and isinstance(t.get("id"), int) and 0 <= t["id"] < arch.vocab_size}
+    tokens = (tokenizer or {}).get("added_tokens") or []
+    special = {str(t.get("content", "")).lower(): t["id"] for t in (tokens if isinstance(tokens, list) else [])
+               if isinstance(t, dict) and t.get("special") and type(t.get("id")) is int  # not a bool
+               and 0 <= t["id"] < arch.vocab_size}
 
     def find(*words: str) -> int | None:
         return next((tid for content, tid in special.items() if any(w in content for w in words)), None)

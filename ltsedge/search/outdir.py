@@ -7,16 +7,20 @@ is already there without a record: it belongs to someone else (``proj/models/my_
 survive ``ltsedge search --out proj``). Two searches never share one directory at once: the first
 holds an exclusive lock on ``OUT/.ltsedge.lock`` until it ends (released by the kernel, also after
 kill -9).
+
+Every path read from the manifest, and every path written or removed, must stay inside the directory
+once symbolic links are resolved (a crafted manifest listing ``.scratch/../../victim.txt``, or an
+owned folder that is a link to elsewhere, is refused): ltsedge touches nothing outside ``--out``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import write_atomically
+from ltsedge.files import check_writable, write_atomically
 
 MANIFEST = ".ltsedge-manifest.json"
 LOCK = ".ltsedge.lock"
@@ -27,8 +31,17 @@ OWNED_DIRS = (MODELS, SCRATCH, REPORT)  # everything below them is written by th
 
 
 class OutputDir:
-    def __init__(self, root: str | Path):
+    """``outputs``/``owned_dirs``: the files and folders the tool writes there (a search's by default);
+    ``tool`` and ``option`` name it in messages; ``lock``: one writer at a time (a bundle of ``ltsedge
+    export`` is written without one, and carries no lock file)."""
+
+    def __init__(self, root: str | Path, *, outputs: tuple[str, ...] = OUTPUTS,
+                 owned_dirs: tuple[str, ...] = OWNED_DIRS, tool: str = "ltsedge search", option: str = "--out",
+                 lock: bool = True):
         self.root = Path(root)
+        self.outputs, self.owned_dirs, self.tool, self.option, self.locks = outputs, owned_dirs, tool, option, lock
+        self._written_by = tool
+        self._real_root: Path | None = None
         self._files: set[str] = set()
         self._lock_fd: int | None = None
 
@@ -38,17 +51,19 @@ class OutputDir:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LtsedgeError(f"cannot create output directory {self.root}: {e.strerror or e}") from None
-        self._lock()
+        if self.locks:
+            self._lock()
         try:
+            self._real_root = self.root.resolve()
             self._files = self._read_manifest()
             foreign = [rel for rel in self._existing() if rel not in self._files]
             if foreign:
                 more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+                clears = ", ".join(f"{d}/" for d in self.owned_dirs) + " and " if self.owned_dirs else ""
                 raise LtsedgeError(
-                    f"{self.root / foreign[0]}{more} was not written by ltsedge search, which writes and clears "
-                    f"{', '.join(d + '/' for d in OWNED_DIRS)} and its output files there; choose another --out "
-                    f"or move those files away")
-            self.claim(*OUTPUTS)
+                    f"{self.root / foreign[0]}{more} was not written by {self.tool}, which writes and clears "
+                    f"{clears}its output files there; choose another {self.option} or move those files away")
+            self.claim(*self.outputs)
         except BaseException:
             self.close()
             raise
@@ -69,11 +84,14 @@ class OutputDir:
     def path(self, rel: str) -> Path:
         """The path of ``rel``, recorded as ltsedge's before anything is written to it."""
         self.claim(rel)
-        path = self.root / rel
+        path = self._inside(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._inside(rel)  # the folders just made are real ones: still inside
         return path
 
     def claim(self, *rels: str) -> None:
+        for rel in rels:
+            self._inside(rel)
         new = [r for r in rels if r not in self._files]
         if new:
             self._files.update(new)
@@ -86,11 +104,11 @@ class OutputDir:
         """Delete a recorded file (and the directories it leaves empty); anything else is left alone."""
         if rel not in self._files:
             raise LtsedgeError(f"refusing to delete {self.root / rel}: ltsedge did not write it")
-        (self.root / rel).unlink(missing_ok=True)
+        self._inside(rel).unlink(missing_ok=True)
         self._files.discard(rel)
         self._write_manifest()
         parent = (self.root / rel).parent
-        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+        while parent != self.root and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
 
@@ -99,9 +117,26 @@ class OutputDir:
         return sorted(r for r in self._files if r.startswith(prefix))
 
     # --- internals ------------------------------------------------------------------------------
+    def _inside(self, rel: str, source: str | None = None) -> Path:
+        """``root/rel``, refused unless it is a plain relative path that stays inside the directory once
+        symbolic links are resolved (``source`` names the file the path was read from)."""
+        real_root = self._real_root or self.root.resolve()
+        parts = PurePosixPath(rel).parts
+        path = self.root / rel
+        try:
+            ok = (bool(parts) and not PurePosixPath(rel).is_absolute() and ".." not in parts and "\\" not in rel
+                  and "\0" not in rel and (path.resolve() == real_root or real_root in path.resolve().parents))
+        except (OSError, RuntimeError, ValueError):  # a loop of links, an unusable name
+            ok = False
+        if not ok:
+            what = f"{source} lists {rel!r}," if source else f"refusing {rel!r}:"
+            raise LtsedgeError(f"{what} a path outside {self.root} (ltsedge touches nothing outside its output "
+                               f"directory); choose another {self.option}")
+        return path
+
     def _existing(self) -> list[str]:
-        found = [name for name in OUTPUTS if (self.root / name).exists()]
-        for directory in OWNED_DIRS:
+        found = [name for name in self.outputs if os.path.lexists(self.root / name)]
+        for directory in self.owned_dirs:
             base = self.root / directory
             if base.exists():
                 found += sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if not p.is_dir())
@@ -109,33 +144,43 @@ class OutputDir:
 
     def _read_manifest(self) -> set[str]:
         path = self.root / MANIFEST
-        if not path.exists():
+        if not os.path.lexists(path):
             return set()
         try:
+            check_writable(path)  # a regular file, not a link to one elsewhere
             data = json.loads(path.read_text())
             files = data["files"]
+            if isinstance(data.get("written_by"), str):
+                self._written_by = data["written_by"]
             if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
                 raise ValueError("'files' must be a list of paths")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise LtsedgeError(f"{path} is damaged ({e}); choose another --out") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, LtsedgeError) as e:
+            raise LtsedgeError(f"{path} is damaged ({type(e).__name__ if isinstance(e, RecursionError) else e}); "
+                               f"choose another {self.option}") from None
+        for rel in files:
+            self._inside(rel, source=str(path))
         return set(files)
 
     def _write_manifest(self) -> None:
-        text = json.dumps({"format": 1, "written_by": "ltsedge search", "files": sorted(self._files)}, indent=1)
+        text = json.dumps({"format": 1, "written_by": self._written_by, "files": sorted(self._files)}, indent=1)
         write_atomically(self.root / MANIFEST, text)
 
     def _lock(self) -> None:
         import fcntl
 
         path = self.root / LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        check_writable(path)  # a link is never followed (truncating what it points at), a FIFO never opened
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            raise LtsedgeError(f"cannot lock {path}: {e.strerror or e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise LtsedgeError(f"another ltsedge search is writing to {self.root} (pid {holder}); wait for it to "
-                               f"finish or choose another --out") from None
+            raise LtsedgeError(f"another {self.tool} is writing to {self.root} (pid {holder}); wait for it to "
+                               f"finish or choose another {self.option}") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
