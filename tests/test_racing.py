@@ -49,3 +49,72 @@ def test_budgets_settle_a_candidate_beyond_them():
     assert race.settled([1.0] * 6, 150.0)
     assert not race.settled([2.0] * 6, 50.0)  # at the budget's edge: could be within, refine
     assert not race.settled([2.5] * 5, 50.0)  # not before the first estimate is complete
+
+
+def test_a_raced_model_times_its_objective_in_full_and_its_other_workload_coarsely(tmp_path):
+    """Prefill is reported, not optimised, in a decode search: a few samples at +-10%, flagged coarse; the
+    objective keeps the profile's policy; without a race (profile, publishing) every workload is full."""
+    from ltsedge.devices import load_profile
+    from ltsedge.exporters import export_model
+    from ltsedge.runners import Runner
+    from ltsedge.runners.measurement import complete
+    from ltsedge.runners.racing import SECONDARY_MAX_RUNS
+    from tests.conftest import tiny_arch
+
+    path = tmp_path / "m.onnx"
+    export_model(tiny_arch(), variant="generate").save(path)
+    profile = load_profile("cpu").replace(sequence=16, context=16, min_runs=12, max_runs=20, tolerance=0.005,
+                                          max_seconds=20.0, warmup=1)
+    race = Race("decode", 1, (), 0.02)  # an empty front: nothing to race out against
+    with Runner(profile) as runner:
+        raced = runner.measure(path, race=race).to_dict()
+        plain = runner.measure(path).to_dict()
+    prefill, decode = raced["workloads"]["prefill"], raced["workloads"]["decode"]
+    assert prefill["coarse"] and prefill["runs"] <= SECONDARY_MAX_RUNS
+    assert not decode["coarse"] and decode["runs"] >= 12  # the profile's min_runs: in full
+    assert not complete(raced)
+    assert not any(w["coarse"] for w in plain["workloads"].values()) and plain["workloads"]["prefill"]["runs"] >= 12
+    assert complete(plain)
+
+
+def test_the_coarse_policy_only_loosens():
+    from ltsedge.devices import load_profile
+    from ltsedge.runners.protocol import RunSettings
+
+    run = RunSettings.from_profile(load_profile("cpu"))
+    coarse = Race("decode", 1, (), 0.02).secondary(run)
+    assert coarse.tolerance >= run.tolerance and coarse.max_runs <= run.max_runs
+    assert coarse.min_runs <= coarse.max_runs and coarse.max_seconds < run.max_seconds
+    strict_one = run.__class__(**{**run.__dict__, "tolerance": 0.2, "min_runs": 2, "max_runs": 4})
+    loose = Race("decode", 1, (), 0.02).secondary(strict_one)
+    assert (loose.tolerance, loose.min_runs, loose.max_runs) == (0.2, 2, 4)  # already coarser: kept
+
+
+def test_a_coarse_or_raced_figure_never_replaces_a_complete_one_in_the_store(tmp_path):
+    from ltsedge.devices import load_profile
+    from ltsedge.runners import Measurement
+    from ltsedge.search.budgets import Budgets
+    from ltsedge.search.evaluate import CandidateEvaluator
+    from ltsedge.store import MeasurementStore
+    from tests.conftest import tiny_arch
+
+    class Stub:  # the evaluator asks its runner for the machine's fingerprint only
+        def fingerprint(self):
+            return {"machine": "test", "onnxruntime": "1.0"}
+
+    def figure(latency, **workload):
+        return Measurement(ok=True, latency_ms=latency, peak_memory_mb=1.0, workload="decode",
+                           workloads={"decode": {"latency_ms": latency, "coarse": False},
+                                      "prefill": {"latency_ms": 9.0, **workload}})
+
+    arch = tiny_arch()
+    with MeasurementStore(tmp_path / "store.sqlite") as store:
+        evaluator = CandidateEvaluator(load_profile("cpu"), Stub(), store, tmp_path, Budgets(), objective="decode")
+        key = evaluator.store_key(arch)
+        evaluator._keep(arch, figure(1.0, coarse=True))  # nothing stored yet: the coarse figure is kept
+        assert store.get(*key)["latency_ms"] == 1.0
+        evaluator._keep(arch, figure(2.0, coarse=False))  # a complete one replaces it
+        assert store.get(*key)["latency_ms"] == 2.0
+        evaluator._keep(arch, figure(3.0, coarse=True))  # and is never replaced by a coarse one
+        evaluator._keep(arch, Measurement(ok=True, latency_ms=4.0, stopped_early=True))  # nor a raced-out one
+        assert store.get(*key)["latency_ms"] == 2.0

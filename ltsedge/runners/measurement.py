@@ -86,6 +86,13 @@ class Measurement:
         return cls(ok=False, error=error, failure_kind=kind, **fields)
 
 
+def complete(measurement: dict) -> bool:
+    """Every workload timed to the profile's policy: not raced out after a first estimate, and none
+    timed coarsely as a raced search's non-objective workload (runners/racing.py)."""
+    workloads = measurement.get("workloads") or {}
+    return not measurement.get("stopped_early") and not any(w.get("coarse") for w in workloads.values())
+
+
 LATENCY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_low_ms", "latency_high_ms")
 
 

@@ -6,14 +6,23 @@ is dominated by a point of the current front — taken at its pessimistic figure
 budget, no amount of further timing can put it on the front: it stops there. Everything else is
 timed to full precision. The frontier is still re-measured strictly before it is published.
 
+Only the race's own workload (the search's objective) is timed to the profile's tolerance. A generate
+model's other workload is reported, not optimised: it is timed coarsely (``secondary``), since in a
+decode search the prompt's prefill took about four fifths of each measurement (docs/benchmarks.md).
+Its figures carry ``coarse: true``; a coarse figure never replaces a complete one in the store, and the
+published frontier is re-measured strictly, every workload in full.
+
 Pure and picklable: the parent sends a ``Race`` with each request, the worker asks ``settled``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 MEMORY_RELATIVE, MEMORY_FLOOR_MB = 0.02, 2.0  # peak-memory noise (see check.verdict)
+# The other workloads of a raced model: +-10% at 95% from 3 to 8 samples, a quarter of the time budget.
+SECONDARY_TOLERANCE, SECONDARY_MIN_RUNS, SECONDARY_MAX_RUNS = 0.10, 3, 8
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,14 @@ class Race:
     max_ratio: float | None = None  # the latency budget, as a ratio to the reference
     max_memory_mb: float | None = None
     first_estimate: int = 6  # samples before deciding: [min, max] of 6 covers the median with 96.9%
+    coarse_others: bool = True  # time the other workloads coarsely (``secondary``)
+
+    def secondary(self, run):
+        """The repeat policy for a workload other than the race's: ``run`` (a RunSettings) made coarse."""
+        min_runs = min(run.min_runs, SECONDARY_MIN_RUNS)
+        return dataclasses.replace(run, tolerance=max(run.tolerance, SECONDARY_TOLERANCE), min_runs=min_runs,
+                                   max_runs=max(min_runs, min(run.max_runs, SECONDARY_MAX_RUNS)),
+                                   max_seconds=run.max_seconds / 4)
 
     def settled(self, ratios: list[float], memory_mb: float | None) -> bool:
         """Is the candidate off the front (or over budget) beyond its uncertainty?"""

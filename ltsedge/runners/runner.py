@@ -54,7 +54,8 @@ def calibrated(samples: dict, calibration_ms: float) -> dict:
             "latency_coverage": coverage, "runs": len(ratios), "converged": samples["converged"],
             "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
-            "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"]}
+            "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
+            "coarse": samples.get("coarse", False)}
 
 Model = str | Path | bytes
 

@@ -37,6 +37,7 @@ class Timed:
     converged: bool = False
     stopped_early: bool = False  # raced out: dominated beyond its uncertainty, not refined
     runs_per_sample: int = 1
+    coarse: bool = False  # timed to a coarse policy: not the objective of a raced search (racing.py)
 
     @property
     def ratios(self) -> list[float]:
@@ -44,7 +45,8 @@ class Timed:
 
     def to_dict(self) -> dict:
         return {"model_ms": self.model_ms, "reference_ms": self.reference_ms, "converged": self.converged,
-                "stopped_early": self.stopped_early, "runs_per_sample": self.runs_per_sample}
+                "stopped_early": self.stopped_early, "runs_per_sample": self.runs_per_sample,
+                "coarse": self.coarse}
 
 
 def runs_filling(run_once: Callable[[], object], ms: float, clock=time.perf_counter) -> tuple[int, float]:

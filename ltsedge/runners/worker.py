@@ -237,9 +237,13 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                 return reply
             if workload == "decode":  # the cache an app holds while generating, at the profile's context
                 reply["kv_cache_mb"] = sum(feeds[name].nbytes for name in past_inputs(session)) / MB
+            raced = race is not None and race.workload == workload
+            coarse = race is not None and not raced and race.coarse_others
             try:
                 run_once = make_run_once(session, feeds, run)
-                result = _time(run_once, ref, run, race if race and race.workload == workload else None, baseline)
+                result = _time(run_once, ref, race.secondary(run) if coarse else run, race if raced else None,
+                               baseline)
+                result.coarse = coarse
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
                 reply["failure_kind"] = failure_kind(e, reply["error"])

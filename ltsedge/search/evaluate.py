@@ -26,7 +26,7 @@ from ltsedge.keys import candidate_model_key, measurement_key, measurement_setti
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Measurement, Runner
-from ltsedge.runners.measurement import rescaled
+from ltsedge.runners.measurement import complete, rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
@@ -291,11 +291,11 @@ class CandidateEvaluator:
 
     def _keep(self, arch: Architecture, measurement) -> None:
         """Store each figure the moment it exists: an interrupted batch loses nothing it measured (a
-        first estimate never replaces a full figure)."""
+        first estimate, or a coarse one, never replaces a complete figure)."""
         record = measurement.to_dict()
-        if record.get("stopped_early"):
+        if not complete(record):
             full = self.store.get(*self.store_key(arch), include_failures=False)
-            if full is not None and not full.get("stopped_early"):
+            if full is not None and complete(full):
                 return
         self.stats.load_seconds += record.get("load_seconds") or 0.0
         self.stats.inference_seconds += record.get("inference_seconds") or 0.0
