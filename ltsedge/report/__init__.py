@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ltsedge.errors import LtsedgeError
+from ltsedge.files import write_file
 from ltsedge.report.data import SearchData, load
+
+if TYPE_CHECKING:
+    from ltsedge.search.outdir import OutputDir
 
 REPORT_DIR = "report"
 
@@ -23,9 +29,16 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None, *, html: b
     """Draw the report of the search in ``out_dir`` into ``dest`` (default ``out_dir/report``).
 
     ``open_path(name)`` gives the path to write each file at (a search records its files in its
-    manifest through it); returns the files written."""
-    data = load(out_dir)
+    manifest through it); without it the default ``out_dir/report`` is written under the folder's
+    manifest rules (``report_folder``). Returns the files written."""
+    if open_path is None and dest is None:
+        with report_folder(out_dir) as folder:
+            return write_report(out_dir, html=html, png=png,
+                                open_path=lambda name: folder.path(f"{REPORT_DIR}/{name}"))
+    data = load(out_dir)  # before anything is made: a missing or damaged folder leaves no trace
     dest = Path(dest) if dest is not None else Path(out_dir) / REPORT_DIR
+    if open_path is None:
+        make_folder(dest)
     path_for = open_path or (lambda name: dest / name)
     written = []
     if png:
@@ -35,18 +48,38 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None, *, html: b
             written.append(pictures.slice_png(data, field, path_for(f"{field.removesuffix('_ms').removesuffix('_mb')}.png")))
         if data.summary.get("hypervolume"):
             written.append(pictures.hypervolume_png(data, path_for("hypervolume.png")))
-        drawn = pictures.cost_model_png(data, path_for("cost_model.png"))
-        if drawn is not None:
-            written.append(drawn)
+        if pictures.cost_model_panels(data):  # asked for its path only when drawn: a manifest lists no phantom
+            written.append(pictures.cost_model_png(data, path_for("cost_model.png")))
     if html:
         from ltsedge.report.html import report_html
 
         prefix = "../" if Path(dest).resolve().parent == Path(out_dir).resolve() else Path(out_dir).resolve().as_uri() + "/"
         path = path_for("index.html")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report_html(data, prefix))
+        write_file(path, report_html(data, prefix).encode())
         written.append(path)
     return written
 
 
-__all__ = ["SearchData", "load", "write_report"]
+def report_folder(out_dir: str | Path) -> OutputDir:
+    """``out_dir/report`` as ltsedge may write it: only ``report/`` is ltsedge's there (the search's own
+    files are only read, so a folder copied without its manifest reports too), and a file under
+    ``report/`` that its manifest does not list is someone else's, never overwritten. A missing folder is
+    refused before anything is created."""
+    from ltsedge.search.outdir import OutputDir
+
+    if not Path(out_dir).is_dir():
+        raise LtsedgeError(f"search output directory not found: {out_dir}")
+    return OutputDir(out_dir, outputs=(), owned_dirs=(REPORT_DIR,), tool="ltsedge report")
+
+
+def make_folder(dest: Path) -> None:
+    """``--out DEST``: a folder, made if new; a file there is refused in one line."""
+    if dest.exists() and not dest.is_dir():
+        raise LtsedgeError(f"--out {dest} is a file, not a folder; choose another --out")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LtsedgeError(f"cannot create folder {dest}: {e.strerror or e}") from None
+
+
+__all__ = ["SearchData", "load", "report_folder", "write_report"]

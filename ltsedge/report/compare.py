@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
+from ltsedge.files import write_file
+from ltsedge.report import make_folder
 from ltsedge.report.data import SearchData, load
 
 MEASUREMENT_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
@@ -29,7 +31,7 @@ def differences(searches: list[SearchData]) -> list[str]:
         pair = f"{first.name} vs {other.name}"
         if fingerprint_hash(first.fingerprint) != fingerprint_hash(other.fingerprint):
             out.append(f"{pair}: other machines ({first.fingerprint.get('cpu_model')} / {other.fingerprint.get('cpu_model')})")
-        a, b = first.summary.get("device", {}), other.summary.get("device", {})
+        a, b = first.summary.get("device") or {}, other.summary.get("device") or {}
         changed = [k for k in MEASUREMENT_SETTINGS if a.get(k) != b.get(k)]
         if changed:
             out.append(f"{pair}: other device settings ({', '.join(changed)})")
@@ -45,8 +47,8 @@ def dominance(searches: list[SearchData]) -> list[dict]:
     rows = []
     for data in searches:
         field = data.objective_field()
-        ours = [m for m in data.frontier if m.get(field) is not None]
-        theirs = [(o.name, m) for o in searches if o is not data for m in o.frontier if m.get(field) is not None]
+        ours = [m for m in data.frontier if _comparable(m, field)]
+        theirs = [(o.name, m) for o in searches if o is not data for m in o.frontier if _comparable(m, field)]
         winners = []
         for m in ours:
             beaten = [f"{name}:{t['id']}" for name, t in theirs if _dominates(m, t, field)]
@@ -55,6 +57,11 @@ def dominance(searches: list[SearchData]) -> list[dict]:
         rows.append({"search": data.name, "models": len(data.frontier), "dominating": len(winners),
                      "examples": winners[:3]})
     return rows
+
+
+def _comparable(m: dict, field: str) -> bool:
+    """Measured on every axis of the comparison (a model without its peak memory is not ranked)."""
+    return m.get(field) is not None and m.get("peak_memory_mb") is not None
 
 
 def _dominates(a: dict, b: dict, field: str) -> bool:
@@ -67,13 +74,13 @@ def _one_scale(searches: list[SearchData]) -> None:
     """Put every frontier's milliseconds on one scale: each was measured as ratios to the reference
     model and turned into ms with its own run's calibration, which drifts with the machine between
     runs; multiplied back by one common calibration (the first search's), the figures compare."""
-    calibrations = [m.get("measurement", {}).get("calibration_ms") for s in searches for m in s.frontier]
+    calibrations = [(m.get("measurement") or {}).get("calibration_ms") for s in searches for m in s.frontier]
     common = next((c for c in calibrations if c), None)
     if common is None:
         return
     for s in searches:
         for m in s.frontier:
-            own = m.get("measurement", {}).get("calibration_ms")
+            own = (m.get("measurement") or {}).get("calibration_ms")
             if own:
                 for key in ("latency_ms", "prefill_latency_ms", "decode_latency_ms", "latency_p90_ms"):
                     if m.get(key) is not None:
@@ -99,7 +106,7 @@ def compare_searches(out_dirs: list[str | Path], dest: str | Path, *, force: boo
     for d in diffs:
         log(f"--force: {d}")
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    make_folder(dest)
     rows = dominance(searches)
     from ltsedge.report.html import compare_html
     from ltsedge.report.png import compare_png
@@ -109,8 +116,8 @@ def compare_searches(out_dirs: list[str | Path], dest: str | Path, *, force: boo
               if f == "peak_memory_mb" or all(f in s.latencies() for s in searches)]
     for field in fields:
         written.append(compare_png(searches, field, dest / f"compare-{field.removesuffix('_ms').removesuffix('_mb')}.png"))
-    (dest / "compare.html").write_text(compare_html(searches, rows))
-    (dest / "compare.json").write_text(json.dumps({"searches": [str(d) for d in out_dirs], "differences": diffs,
-                                                   "dominance": rows}, indent=2) + "\n")
+    write_file(dest / "compare.html", compare_html(searches, rows).encode())
+    write_file(dest / "compare.json", (json.dumps({"searches": [str(d) for d in out_dirs], "differences": diffs,
+                                                   "dominance": rows}, indent=2) + "\n").encode())
     written += [dest / "compare.html", dest / "compare.json"]
     return rows, written

@@ -1,18 +1,22 @@
 """What a report shows, read back from a search's output directory (finished or interrupted).
 
 Only the files a search writes are read (frontier.json, candidates.jsonl, search.json), so a report
-can be drawn on any machine, without torch, from a copied directory. Missing or malformed files are
-one-line errors naming them.
+can be drawn on any machine, without torch, from a copied directory. Missing or malformed files, and
+fields of the wrong type (a copied folder may be damaged or crafted), are one-line errors naming the file
+and the field; a damaged line of the candidate log is skipped, as one cut short by a kill is.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_text
+from ltsedge.validate import is_int, is_number
 
 # The latency figures a report may plot, and their labels; each is drawn where the data has it.
 LATENCIES = {"latency_ms": "latency (ms)", "prefill_latency_ms": "prefill (ms)",
@@ -83,12 +87,15 @@ def load(out_dir: str | Path) -> SearchData:
     out = Path(out_dir)
     if not out.is_dir():
         raise LtsedgeError(f"search output directory not found: {out}")
-    summary = _json(out / "search.json", "search summary")
-    frontier = _json(out / "frontier.json", "frontier")
+    summary_file, frontier_file = out / "search.json", out / "frontier.json"
+    summary = _json(summary_file, "search summary")
+    frontier = _json(frontier_file, "frontier")
     if not isinstance(frontier.get("models"), list) or not isinstance(summary.get("settings"), dict):
         raise LtsedgeError(f"{out}: frontier.json or search.json is not an ltsedge search's")
+    _check_summary(summary, f"search summary {summary_file}")
+    _check_frontier(frontier, f"frontier {frontier_file}")
     data = SearchData(out, out.resolve().name, frontier.get("objective") or summary["settings"].get("objective")
-                      or "forward", str(frontier.get("device") or summary.get("device", {}).get("name")),
+                      or "forward", str(frontier.get("device") or (summary.get("device") or {}).get("name")),
                       summary.get("fingerprint") or {}, summary["settings"], summary, frontier["models"],
                       _candidates(out), summary.get("baseline_comparison") or [])
     return data
@@ -100,9 +107,91 @@ def _json(path: Path, what: str) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise LtsedgeError(f"{what} {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
+    except RecursionError:
+        raise LtsedgeError(f"{what} {path}: malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise LtsedgeError(f"{what} {path}: expected a JSON object")
     return data
+
+
+# --- the types of what a report reads: a copied folder may be damaged or crafted -------------------------
+def _finite(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)
+
+
+KINDS = {"an integer": is_int, "a finite number": _finite, "a string": lambda v: isinstance(v, str),
+         "an object": lambda v: isinstance(v, dict), "a list": lambda v: isinstance(v, list)}
+OBJECTIVES = ("forward", "prefill", "decode")  # ltsedge.search.evaluate's, without importing the search
+FIGURES = (*LATENCIES, "latency_p90_ms", "peak_memory_mb")
+
+
+def _field(obj: dict, key: str, where: str, kind: str, *, required: bool = False) -> Any:
+    """``obj[key]`` when it is of ``kind`` (a key of KINDS), None when absent or null; anything else is one
+    line naming the file and the field (``where`` is "<file>: <path to obj>")."""
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise LtsedgeError(f"{where}{key} is missing")
+        return None
+    if not KINDS[kind](value):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise LtsedgeError(f"{where}{key} must be {kind}, not {shown}")
+    return value
+
+
+def _objective(obj: dict, where: str) -> None:
+    value = _field(obj, "objective", where, "a string")
+    if value is not None and value not in OBJECTIVES:
+        raise LtsedgeError(f"{where}objective must be one of {', '.join(OBJECTIVES)}, not {value[:40]!r}")
+
+
+def _check_summary(summary: dict, file: str) -> None:
+    settings = summary["settings"]
+    _objective(settings, f"{file}: settings.")
+    budgets = _field(settings, "budgets", f"{file}: settings.", "an object") or {}
+    for key in ("max_latency_ms", "max_memory_mb", "min_params", "max_params"):
+        _field(budgets, key, f"{file}: settings.budgets.", "a finite number")
+    device = _field(summary, "device", f"{file}: ", "an object") or {}
+    _field(device, "name", f"{file}: device.", "a string")
+    _field(summary, "fingerprint", f"{file}: ", "an object")
+    _field(summary, "wall_seconds", f"{file}: ", "a finite number")
+    for i, h in enumerate(_field(summary, "hypervolume", f"{file}: ", "a list") or []):
+        where = f"{file}: hypervolume[{i}]"
+        if not isinstance(h, dict):
+            raise LtsedgeError(f"{where} must be an object")
+        for key, kind in (("generation", "an integer"), ("hypervolume", "a finite number"),
+                          ("front_size", "an integer")):
+            _field(h, key, f"{where}.", kind, required=True)
+    for i, row in enumerate(_field(summary, "baseline_comparison", f"{file}: ", "a list") or []):
+        where = f"{file}: baseline_comparison[{i}]"
+        if not isinstance(row, dict):
+            raise LtsedgeError(f"{where} must be an object")
+        for key in ("n_layer", "decoder_params"):
+            _field(row, key, f"{where}.", "an integer", required=True)
+        for key in ("latency_ms", "peak_memory_mb", "frontier_latency_ms", "speedup", "memory_ratio"):
+            _field(row, key, f"{where}.", "a finite number")
+
+
+def _check_frontier(frontier: dict, file: str) -> None:
+    _objective(frontier, f"{file}: ")
+    _field(frontier, "device", f"{file}: ", "a string")
+    for i, m in enumerate(frontier["models"]):
+        where = f"{file}: models[{i}]"
+        if not isinstance(m, dict):
+            raise LtsedgeError(f"{where} must be an object, not {type(m).__name__}")
+        _field(m, "id", f"{where}.", "a string", required=True)
+        _field(m, "decoder_params", f"{where}.", "an integer", required=True)
+        for key in FIGURES:
+            _field(m, key, f"{where}.", "a finite number")
+        for key in ("bundle", "onnx"):
+            _field(m, key, f"{where}.", "a string")
+        arch = _field(m, "architecture", f"{where}.", "an object") or {}
+        for key in ("n_layer", "d_model"):
+            _field(arch, key, f"{where}.architecture.", "an integer")
+        measurement = _field(m, "measurement", f"{where}.", "an object") or {}
+        for key, kind in (("agent", "a string"), ("workload", "a string"), ("calibration_ms", "a finite number"),
+                          ("workloads", "an object")):
+            _field(measurement, key, f"{where}.measurement.", kind)
 
 
 def _candidates(out: Path) -> list[Point]:
@@ -112,23 +201,31 @@ def _candidates(out: Path) -> list[Point]:
     points: dict[str, Point] = {}  # the last record of an id wins (a predicted candidate measured later)
     for line in read_text(path, "candidate log").splitlines()[1:]:
         try:
-            r = json.loads(line)
-            m = r["measurement"]
-            prediction = r.get("prediction") if isinstance(r.get("prediction"), dict) else None
-            points[r["id"]] = Point(r["id"], int(r["decoder_params"]), _figures(m), bool(r["ok"]),
-                                    bool(r["feasible"]), r.get("source", ""), int(r.get("generation", 0)),
-                                    m.get("error") or "", m.get("agent"), prediction)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue  # a line cut short by a kill
+            point = _point(json.loads(line))
+        except (json.JSONDecodeError, RecursionError, KeyError, TypeError, ValueError, AttributeError):
+            continue  # a line cut short by a kill (or damaged): the log is read as far as it is whole
+        points[point.id] = point
     return list(points.values())
 
 
+def _point(r: dict) -> Point:
+    m = r["measurement"]
+    if not isinstance(m, dict) or not isinstance(r["id"], str) or not is_int(r["decoder_params"]):
+        raise TypeError("not a candidate record")
+    source, error, agent = r.get("source", ""), m.get("error") or "", m.get("agent")
+    if not (isinstance(source, str) and isinstance(error, str) and isinstance(agent, (str, type(None)))):
+        raise TypeError("not a candidate record")
+    prediction = r.get("prediction") if isinstance(r.get("prediction"), dict) else None
+    return Point(r["id"], r["decoder_params"], _figures(m), bool(r["ok"]), bool(r["feasible"]), source,
+                 int(r.get("generation", 0)), error, agent, prediction)
+
+
 def _figures(m: dict) -> dict:
-    figures = {k: m.get(k) for k in (*LATENCIES, "peak_memory_mb") if m.get(k) is not None}
+    figures = {k: m[k] for k in (*LATENCIES, "peak_memory_mb") if _finite(m.get(k))}
     for name, w in (m.get("workloads") or {}).items():  # ratios: what the cost model predicts
-        if isinstance(w, dict) and isinstance(w.get("latency_ratio"), (int, float)):
+        if isinstance(w, dict) and _finite(w.get("latency_ratio")):
             figures[f"{name}_ratio"] = w["latency_ratio"]
-    if isinstance(m.get("latency_ratio"), (int, float)):
+    if _finite(m.get("latency_ratio")):
         figures.setdefault(f"{m.get('workload') or 'forward'}_ratio", m["latency_ratio"])
     return figures
 
@@ -143,7 +240,9 @@ def checked_predictions(data: SearchData, target: str) -> list[tuple[float, floa
         if p.predicted or not p.ok or not isinstance(guess, dict) or actual is None:
             continue
         try:
-            pairs.append((float(guess["value"]), float(guess["low"]), float(guess["high"]), float(actual)))
+            value, low, high = (float(guess[k]) for k in ("value", "low", "high"))
         except (KeyError, TypeError, ValueError):
             continue
+        if all(map(math.isfinite, (value, low, high))) and low <= value <= high:  # else not an interval to draw
+            pairs.append((value, low, high, float(actual)))
     return pairs

@@ -3,6 +3,10 @@ fetched when it is viewed), the frontier table with links to each model, the mac
 
 The page follows the reader's light or dark theme (``prefers-color-scheme``): the CSS switches
 colours, and a few lines of script give the figures the same text and grid colours.
+
+Every value read from a search's files is escaped (``html.escape``) before it reaches the page; the
+figures' data is embedded by plotly's ``to_html``, whose JSON writes ``<``, ``>`` and ``&`` as ``\u003c``
+and so on, so no string from a file can close its ``<script>`` block.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def report_html(data: SearchData, link_prefix: str = "../") -> str:
     field = data.objective_field()
     body = [f"<h1>ltsedge search: {html.escape(data.name)}</h1>",
             f"<p class='muted'>{len(data.candidates)} candidates, {len(data.frontier)} on the frontier, objective "
-            f"<b>{data.objective}</b>, device {html.escape(data.device)}</p>"]
+            f"<b>{html.escape(data.objective)}</b>, device {html.escape(data.device)}</p>"]
     for i, f in enumerate([*data.latencies(), "peak_memory_mb"]):
         body.append(_figure_html(slice_figure(data, f), f"slice-{i}"))
     body.append(_figure_html(front_3d(data), "front-3d"))
@@ -198,18 +202,20 @@ def _frontier_table(data: SearchData, field: str, prefix: str) -> str:
         agent = f"<td>{html.escape(str((m.get('measurement') or {}).get('agent') or ''))}</td>" if by_agent else ""
         target = m.get("bundle") or m.get("onnx") or ""
         link = f"<a href='{html.escape(prefix + target)}'>{html.escape(m['id'])}</a>" if target else html.escape(m["id"])
-        arch = m.get("architecture", {})
+        arch = m.get("architecture") or {}
         value = m.get(field)
         rows.append(f"<tr><td>{link}</td><td>{m['decoder_params']:,}</td><td>{_num(value)}</td>"
-                    f"<td>{_num(m.get('peak_memory_mb'))}</td><td>{arch.get('n_layer')} × {arch.get('d_model')}</td>"
+                    f"<td>{_num(m.get('peak_memory_mb'))}</td>"
+                    f"<td>{_text(arch.get('n_layer'))} × {_text(arch.get('d_model'))}</td>"
                     f"{agent}</tr>")
     return head + "".join(rows) + "</table>"
 
 
 def _baseline_table(data: SearchData) -> str:
-    rows = "".join(f"<tr><td>{r['n_layer']}</td><td>{int(r['decoder_params']):,}</td><td>{_num(r.get('latency_ms'))}</td>"
-                   f"<td>{_num(r.get('frontier_latency_ms'))}</td><td>{_ratio(r.get('speedup'))}</td>"
-                   f"<td>{_ratio(r.get('memory_ratio'))}</td></tr>" for r in data.baseline)
+    rows = "".join(f"<tr><td>{_text(r['n_layer'])}</td><td>{int(r['decoder_params']):,}</td>"
+                   f"<td>{_num(r.get('latency_ms'))}</td><td>{_num(r.get('frontier_latency_ms'))}</td>"
+                   f"<td>{_ratio(r.get('speedup'))}</td><td>{_ratio(r.get('memory_ratio'))}</td></tr>"
+                   for r in data.baseline)
     return ("<table><tr><th>baseline layers</th><th>decoder params</th><th>latency</th><th>frontier latency</th>"
             f"<th>speedup</th><th>memory ratio</th></tr>{rows}</table>")
 
@@ -224,6 +230,11 @@ def _settings(data: SearchData) -> str:
              "wall time": f"{(data.summary.get('wall_seconds') or 0) / 60:.1f} min"}
     return "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in items.items()
                             if v is not None) + "</dl>"
+
+
+def _text(value) -> str:
+    """Any value read from a file, as HTML text: escaped whatever its type."""
+    return html.escape(str(value))
 
 
 def _num(value) -> str:

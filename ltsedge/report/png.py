@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ltsedge.files import write_file
 from ltsedge.report.data import LATENCIES, SearchData
 
 CANDIDATE, FRONT, BASELINE, BUDGET, INFEASIBLE = "#9a9a9a", "#0072B2", "#D55E00", "#CC79A7", "#E69F00"
@@ -24,7 +25,8 @@ def _pyplot():
 
     plt.rcParams.update({"figure.facecolor": BACKGROUND, "axes.facecolor": BACKGROUND, "savefig.facecolor": BACKGROUND,
                          "text.color": TEXT, "axes.labelcolor": TEXT, "xtick.color": TEXT, "ytick.color": TEXT,
-                         "axes.edgecolor": TEXT, "font.size": 10})
+                         "axes.edgecolor": TEXT, "font.size": 10,
+                         "text.parse_math": False})  # a name from a file ("$\\x$") is text, never a formula
     return plt
 
 
@@ -101,15 +103,21 @@ def hypervolume_png(data: SearchData, path: Path) -> Path:
     return _save(fig, path)
 
 
-def cost_model_png(data: SearchData, path: Path) -> Path | None:
-    """The cost model's predictions against the measurements that followed them, with their intervals:
-    the objective's latency ratio and the peak memory. None when nothing was predicted then measured."""
+def cost_model_panels(data: SearchData) -> list[tuple[str, str, list]]:
+    """(target, label, checked predictions) of the objective's latency ratio and the peak memory, where the
+    cost model predicted a candidate measured later (empty: no cost-model picture)."""
     from ltsedge.report.data import checked_predictions
 
     workload = {"decode": "decode", "prefill": "prefill"}.get(data.objective, "forward")
     panels = [(t, label, checked_predictions(data, t)) for t, label in
               ((workload, f"{workload} latency ratio"), ("memory_mb", "peak memory (MB)"))]
-    panels = [p for p in panels if p[2]]
+    return [p for p in panels if p[2]]
+
+
+def cost_model_png(data: SearchData, path: Path) -> Path | None:
+    """The cost model's predictions against the measurements that followed them, with their intervals.
+    None when nothing was predicted then measured."""
+    panels = cost_model_panels(data)
     if not panels:
         return None
     plt = _pyplot()
@@ -123,8 +131,8 @@ def cost_model_png(data: SearchData, path: Path) -> Path | None:
         lo, hi = min(guess + actual), max(guess + actual)
         ax.plot([lo, hi], [lo, hi], "--", c=TEXT, lw=0.8)
         errors = sorted(abs(a / g - 1) for g, a in zip(guess, actual) if g)
-        ax.set_title(f"{label}\nmedian error {errors[len(errors) // 2]:.1%}, {inside} of {len(pairs)} in the "
-                     f"interval", fontsize=9)
+        median = f"median error {errors[len(errors) // 2]:.1%}, " if errors else ""
+        ax.set_title(f"{label}\n{median}{inside} of {len(pairs)} in the interval", fontsize=9)
         ax.set_xlabel("measured")
         ax.set_ylabel("predicted before measuring")
         ax.grid(True, alpha=0.25)
@@ -161,13 +169,17 @@ def _plain_numbers(ax) -> None:
 
 
 def _save(fig, path: Path) -> Path:
+    """Written with ``write_file``: never through a link left in a copied folder."""
+    import io
+
     import matplotlib.pyplot as plt
 
     for ax in fig.axes:
         _plain_numbers(ax)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path)
+    picture = io.BytesIO()
+    fig.savefig(picture, format="png")
     plt.close(fig)
+    write_file(path, picture.getvalue())
     return path
 
