@@ -2,8 +2,13 @@
 
 An app bundles the onnxruntime it was built with; a model stamped with a newer IR version or opset
 than that runtime implements fails to load ("Unsupported model IR version"). We stamp every model
-with the newest pair its runtime accepts: by default the local onnxruntime (probed, not guessed),
-or an explicit ``target_ort`` looked up in the release table below.
+with the newest pair its runtime accepts, the runtime being an explicit ``target_ort`` looked up in
+the release table below or, by default, the oldest release ltsedge supports (``OLDEST_ORT``): a
+default export loads in every runtime ltsedge runs on, apps' older ones included, not only in the
+newest one installed here. ``local_target`` probes the local onnxruntime (the newest pair it loads).
+
+The graphs need opset 17 (``MIN_OPSET``); int4's com.microsoft ``MatMulNBits`` needs onnxruntime 1.17
+(``exporters.quantize.MIN_ORT``) and fp16 adds only standard Casts: 1.20's pair serves every precision.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from dataclasses import dataclass
 from ltsedge.errors import LtsedgeError
 
 MIN_OPSET = 17  # LayerNormalization is an ONNX operator from opset 17 on
+# The oldest onnxruntime ltsedge supports (pyproject: onnxruntime>=1.20), the one many mobile apps ship:
+# the default target. Raising it changes the default exports' bytes and store keys.
+OLDEST_ORT = "1.20"
 
 # onnxruntime minor release -> (newest ONNX opset its kernels cover, newest IR version it loads).
 # Verified by loading probe models (and ltsedge's own graphs) in the latest patch of each release:
@@ -66,10 +74,9 @@ def writer_limits() -> tuple[int, int]:
 
 
 def target_for(target_ort: str | None = None) -> OnnxTarget:
-    """Opset and IR version for ``target_ort`` (e.g. "1.20"), or for the local onnxruntime."""
+    """Opset and IR version for ``target_ort`` (e.g. "1.20"); by default for ``OLDEST_ORT``."""
     max_opset, max_ir = writer_limits()
-    if not target_ort:
-        return local_target()
+    target_ort = target_ort or OLDEST_ORT
     version = parse_version(target_ort)
     known = sorted(ORT_RELEASES)
     if version < known[0]:

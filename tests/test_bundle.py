@@ -14,7 +14,9 @@ import torch
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
+from ltsedge.exporters.genai import hf_config
 from ltsedge.generation import greedy
+from tests.conftest import tiny_arch
 
 HETEROGENEOUS = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128, 256, 96], vocab_size=300,
                              n_positions=96)
@@ -149,3 +151,30 @@ def test_bad_weights_and_tokenizer_are_one_line_exit_2(tmp_path):
         proc = run("export", arch, "--variant", "generate", "-o", tmp_path / "out", *extra)
         assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
+    """GPT-2 and OPT models get their family's model_type and transformers' field names (Optimum loads
+    them: tests/test_runtimes.py); adaptive embeddings, PAR layers and Transformer-XL keep ltsedge's own."""
+    gpt2 = hf_config(HETEROGENEOUS)
+    assert (gpt2["model_type"], gpt2["architectures"]) == ("gpt2", ["GPT2LMHeadModel"])
+    assert {k: gpt2[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")} == {
+        "n_embd": 64, "n_layer": 3, "n_head": 2, "n_inner": 128, "n_positions": 96, "vocab_size": 300}
+    assert gpt2["ltsedge"]["n_head_per_layer"] == [2, 8, 4] and gpt2["ltsedge"]["d_inner_per_layer"] == [128, 256, 96]
+    opt = hf_config(tiny_arch(backbone="opt", n_head=[4, 4]))
+    assert (opt["model_type"], opt["architectures"]) == ("opt", ["OPTForCausalLM"])
+    assert {k: opt[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim",
+                                "max_position_embeddings", "word_embed_proj_dim", "do_layer_norm_before",
+                                "activation_function")} == {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "ffn_dim": 128,
+        "max_position_embeddings": 64, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
+        "activation_function": "relu"}
+    assert "n_embd" not in opt
+    own = {"adaptive": tiny_arch(d_embed=32, div_val=2), "narrow embedding": tiny_arch(d_embed=32),
+           "PAR": tiny_arch(block_types=["attn_ffn", "ffn"]),
+           "PAR opt": tiny_arch(backbone="opt", block_types=["attn", "attn_ffn"]),
+           "transfo_xl": tiny_arch(backbone="transfo_xl")}
+    for name, arch in own.items():
+        config = hf_config(arch)
+        assert config["model_type"] == f"ltsedge-{arch.backbone}", name
+        assert config["ltsedge"]["architecture"] == arch.to_dict(), name

@@ -1,4 +1,5 @@
-"""Models for apps with an older onnxruntime: stamped with an opset and IR version that runtime loads.
+"""Models for apps with an older onnxruntime: stamped with an opset and IR version that runtime loads, by
+default the oldest release ltsedge supports (``OLDEST_ORT``), or the one given with --target-ort.
 
 The strongest test loads the model in that older runtime: set LTSEDGE_OLD_ORT_PYTHON to a Python
 interpreter that has it (``.ci/run`` builds one with onnxruntime 1.20.1); without it, that test skips.
@@ -16,6 +17,7 @@ import pytest
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata
 from ltsedge.ortcompat import (
+    OLDEST_ORT,
     ORT_RELEASES,
     local_target,
     parse_version,
@@ -65,8 +67,23 @@ def test_local_target_is_loadable_locally():
 
     target = local_target()
     assert target.runtime == ort.__version__
-    exported = export_model(tiny_arch(), target_ort=None)
-    ort.InferenceSession(exported.to_bytes(), providers=["CPUExecutionProvider"])
+    proto = onnx.load_from_string(export_model(tiny_arch()).to_bytes())
+    proto.opset_import[0].version, proto.ir_version = target.opset, target.ir_version
+    ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_default_target_is_the_oldest_supported_runtime_not_the_local_one(tmp_path):
+    """An app's older onnxruntime loads a default export (the local 1.2x's newest IR it would refuse)."""
+    import onnxruntime as ort
+
+    assert OLDEST_ORT == "1.20" and parse_version(ort.__version__) >= parse_version(OLDEST_ORT)
+    expected = tuple(min(a, b) for a, b in zip(ORT_RELEASES[1, 20], writer_limits()))  # (21, 10)
+    assert (target_for(None).opset, target_for(None).ir_version, target_for(None).runtime) == (*expected, "1.20")
+    for variant in ("forward", "generate"):
+        proto = onnx.load_from_string(export_model(tiny_arch(), variant=variant).to_bytes())
+        assert (proto.opset_import[0].version, proto.ir_version) == expected
+        assert read_metadata(proto)["target_ort"] == "1.20"
+        ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])  # and the local one
 
 
 def test_version_parsing():
@@ -86,10 +103,16 @@ def test_model_for_an_older_runtime_loads_and_runs_in_it(tmp_path):
     ran = subprocess.run([OLD_PYTHON, "-c", code, str(path)], capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "(1, 5, 500)"
-    # and the default (newest local) stamp is refused there when it is newer: the reason for --target-ort
+    # the default export loads there too (a runtime ltsedge supports: OLDEST_ORT or newer) ...
+    if parse_version(old_version) >= parse_version(OLDEST_ORT):
+        default = tmp_path / "default.onnx"
+        export_model(tiny_arch(d_embed=32, div_val=2)).save(default)
+        ran = subprocess.run([OLD_PYTHON, "-c", code, str(default)], capture_output=True, text=True)
+        assert ran.returncode == 0 and ran.stdout.strip() == "(1, 5, 500)", ran.stderr
+    # ... and the local runtime's newest stamp is refused there when it is newer: why it is not the default
     if local_target().ir_version > target_for(old_version).ir_version:
         newest = tmp_path / "newest.onnx"
-        export_model(tiny_arch()).save(newest)
+        export_model(tiny_arch(), target_ort=local_target().runtime).save(newest)
         refused = subprocess.run([OLD_PYTHON, "-c", code, str(newest)], capture_output=True, text=True)
         assert refused.returncode != 0 and ("IR version" in refused.stderr or "opset" in refused.stderr)
 

@@ -53,6 +53,19 @@ def graph_digest(model_bytes: bytes) -> str:
     return hashlib.sha256(proto.SerializeToString()).hexdigest()
 
 
+# The default target became the oldest supported runtime's (ltsedge.ortcompat.OLDEST_ORT, 1.20) instead of
+# the local runtime's newest pair: a default export is now 1.20's bytes, under 1.20's key (the key names
+# opset and IR). No graph changed for any (opset, IR), so no graph_version was bumped.
+DEFAULT_TARGET = "1.20"
+
+
+@pytest.mark.parametrize("name", sorted(ARCHS))
+def test_default_export_is_the_oldest_supported_runtimes_pinned_export(name):
+    digest, key = PINS[name, DEFAULT_TARGET]
+    assert graph_digest(export_model(ARCHS[name]).to_bytes()) == digest
+    assert candidate_model_key(ARCHS[name], target_for(None)) == key
+
+
 @pytest.mark.parametrize("name,target", sorted(PINS), ids=lambda v: str(v))
 def test_exported_graph_and_store_key_are_pinned(name, target):
     arch = ARCHS[name]

@@ -117,7 +117,8 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
                  weights_source: str = "weights", precision: str = DEFAULT_PRECISION,
                  quantization: QuantOptions | None = None,
                  execution_provider: str = "CPUExecutionProvider") -> ExportedModel:
-    """The reference PyTorch model as an ONNX model (nothing written yet).
+    """The reference PyTorch model as an ONNX model (nothing written yet), stamped with the opset and IR
+    version ``target_ort`` loads (default: the oldest onnxruntime ltsedge supports, ``ortcompat.OLDEST_ORT``).
 
     Random weights unless ``weights`` (a ``state_dict`` of the reference model, e.g. from
     ``exporters.weights.load_state_dict``) is given; ``shared_weights`` (the default) draws the random

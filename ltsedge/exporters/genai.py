@@ -9,6 +9,11 @@ starts from an empty cache and feeds each ``present`` back as ``past`` with the 
 gives it, so every layer keeps its own heads (tested: a model of 2, 8 and 4 heads per layer
 generates the reference's tokens and logits). The config's head fields hold layer 0's values;
 ``config.json`` carries every layer's.
+
+``config.json`` is the Hugging Face family's own (``model_type`` ``gpt2`` or ``opt``, transformers'
+field names) where that reading is true (``hf_family``), so Optimum's ``ORTModelForCausalLM`` loads the
+bundle unchanged (tests/test_runtimes.py); it sizes every layer's cache from the one head count, so it
+generates only from models with equal heads in every layer.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import ltsedge
 from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
 
 GENAI_MODEL_TYPE = "decoder"
+LAYER_NORM_EPS = 1e-5  # both families' (ltsedge.backbones.gpt2.model, opt.model; not imported: they need torch)
+# backbone = its Hugging Face model_type -> the class Transformers builds for it
+HF_FAMILIES = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM"}
 
 
 def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
@@ -75,18 +83,32 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
     }
 
 
+def hf_family(arch) -> str | None:
+    """The Hugging Face ``model_type`` whose config reads true for ``arch`` (None: no family does).
+
+    GPT-2 and OPT models are read as ``gpt2`` / ``opt`` by Transformers and Optimum: their blocks,
+    learned positions and tied output are that family's. Not so for Transformer-XL (no KV cache: a
+    recurrence memory), adaptive embeddings (``d_embed != d_model`` or ``div_val > 1``: no such
+    embedding or softmax in either family) or PAR block types (FFN-only / attention-only layers):
+    those keep ``ltsedge-<backbone>``, which no runtime mistakes for a model it knows.
+    """
+    if arch.backbone not in HF_FAMILIES or arch.adaptive or arch.block_types:
+        return None
+    return arch.backbone
+
+
 def hf_config(arch, tokenizer: dict | None = None) -> dict:
-    """A Hugging Face-style config: the GPT-2 names where they mean the same, ltsedge's per-layer fields beside."""
+    """A Hugging Face config: the family's ``model_type`` and field names where its reading is true
+    (``hf_family``), ltsedge's own type with GPT-2's names otherwise; every layer's heads, head size,
+    FFN width and block type under ``ltsedge`` (the standard fields hold layer 0's: one value for all
+    layers, as runtimes that size the cache from them need, e.g. Optimum)."""
+    family = hf_family(arch)
+    fields = _opt_fields(arch) if family == "opt" else _gpt2_fields(arch)
     return {
-        "model_type": f"ltsedge-{arch.backbone}",
-        "architectures": [f"ltsedge.backbones.{arch.backbone}"],
+        "model_type": family or f"ltsedge-{arch.backbone}",
+        "architectures": [HF_FAMILIES[family] if family else f"ltsedge.backbones.{arch.backbone}"],
         "vocab_size": arch.vocab_size,
-        "n_positions": arch.n_positions,
-        "n_embd": arch.d_model,
-        "n_layer": arch.n_layer,
-        "n_head": arch.n_head[0],
-        "n_inner": arch.d_inner[0],
-        "layer_norm_epsilon": 1e-5,
+        **fields,
         "tie_word_embeddings": True,
         "use_cache": True,
         **special_token_ids(arch, tokenizer),
@@ -95,6 +117,24 @@ def hf_config(arch, tokenizer: dict | None = None) -> dict:
                     "d_inner_per_layer": list(arch.d_inner),
                     "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)]},
     }
+
+
+def _gpt2_fields(arch) -> dict:
+    """transformers' GPT2Config names (ltsedge's GPT-2 uses the exact, erf GELU: "gelu")."""
+    return {"n_positions": arch.n_positions, "n_embd": arch.d_model, "n_layer": arch.n_layer,
+            "n_head": arch.n_head[0], "n_inner": arch.d_inner[0], "activation_function": "gelu",
+            "layer_norm_epsilon": LAYER_NORM_EPS}
+
+
+def _opt_fields(arch) -> dict:
+    """transformers' OPTConfig names: pre-LayerNorm, ReLU, biases, embeddings of d_model (no projection);
+    OPT's max_position_embeddings counts positions, its table adds the offset of 2 rows, as ltsedge's does."""
+    return {"hidden_size": arch.d_model, "num_hidden_layers": arch.n_layer,
+            "num_attention_heads": arch.n_head[0], "ffn_dim": arch.d_inner[0],
+            "max_position_embeddings": arch.n_positions, "word_embed_proj_dim": arch.d_model,
+            "do_layer_norm_before": True, "_remove_final_layer_norm": False, "activation_function": "relu",
+            "enable_bias": True, "layer_norm_elementwise_affine": True,
+            "dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0}
 
 
 def hf_generation_config(arch, tokenizer: dict | None = None) -> dict:
