@@ -694,3 +694,13 @@ def test_the_drift_limit_widens_with_the_wander_the_run_has_shown():
         guard.drifted(ms)
     assert guard.limit == pytest.approx(0.36, abs=0.02) and not guard.drifted(12.5)
     assert guard.drifted(14.5)  # +45%: beyond even this run's wander
+
+
+@pytest.mark.parametrize("limit, message", [({"timeout_s": 0.01}, "timed out after 0.01 s"),
+                                            ({"memory_limit_mb": 5.0}, "exceeded the memory limit of 5 MB")])
+def test_the_calibration_keeps_to_the_profiles_limits(limit, message):
+    """The reference is timed under the profile's timeout and memory limit, not a fixed 120 s and none:
+    intra_op_threads = 100000 once sat at 1.7 GB for 26 s there."""
+    with Runner(FAST.replace(**limit)) as runner:
+        with pytest.raises(LtsedgeError, match=f"could not be timed on this device \\({message}"):
+            runner.calibrate()

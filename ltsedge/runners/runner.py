@@ -141,10 +141,11 @@ class Runner:
         """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
         if self.calibration is None:
             worker = self._ensure_worker()
-            try:  # our own small model: the profile's timeout is for the models measured, not for this
+            try:  # our own small model, within the profile's limits (absurd thread counts show up here first)
                 reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
                                         "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
-                                       timeout_s=CALIBRATION_TIMEOUT_S, memory_limit_mb=None)
+                                       timeout_s=min(self.profile.timeout_s, CALIBRATION_TIMEOUT_S),
+                                       memory_limit_mb=self.profile.memory_limit_mb)
             except WorkerDied as e:
                 self._worker = None
                 raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
