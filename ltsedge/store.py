@@ -142,9 +142,11 @@ class MeasurementStore:
         if row is None:
             return None
         measurement = self._decode(row[1], model_key)
+        if not _complete(measurement, bool(row[0])):
+            return None  # damaged: measured again, and the new figure replaces it
         if row[0]:
             return measurement
-        return measurement if include_failures and measurement.get("failure_kind") == "model" else None
+        return measurement if include_failures and _models_own(measurement) else None
 
     def put(
         self,
@@ -189,7 +191,8 @@ class MeasurementStore:
                    AND a.export = ? ORDER BY m.created_at, m.rowid"""
         with _sqlite_errors(self.path):
             found = self._db.execute(query, (fingerprint_hash, settings_hash, ort_version, export)).fetchall()
-        return [(self._decode(arch, key), self._decode(m, key)) for arch, m, key in found]
+        decoded = [(self._decode(arch, key), self._decode(m, key)) for arch, m, key in found]
+        return [(arch, m) for arch, m in decoded if _complete(m, True)]
 
     def count(self) -> int:
         with _sqlite_errors(self.path):
@@ -279,6 +282,31 @@ class MeasurementStore:
             for statement in _MIGRATIONS[v]:
                 self._db.execute(statement)
             self._db.execute("UPDATE schema_version SET version = ?", (v + 1,))
+
+
+def _complete(measurement: dict[str, Any], ok: bool) -> bool:
+    """Whether a stored measurement can answer a request: its ``ok`` agrees with its row, a success
+    holds a latency (``latency_ms``, else some ``latency*`` figure), a failure says why. A row that
+    does not (edited by hand, cut short, written by a broken tool) is treated as absent: the store is
+    a cache of what can be measured again, and one damaged row must cost one measurement, not the search."""
+    if measurement.get("ok") is not ok:
+        return False
+    if not ok:
+        return isinstance(measurement.get("error"), str)
+    figures = [v for k, v in measurement.items() if k.startswith("latency")]
+    latency = measurement["latency_ms"] if "latency_ms" in measurement else next(iter(figures), None)
+    return isinstance(latency, (int, float)) and not isinstance(latency, bool) and 0 <= latency < float("inf")
+
+
+# Failures onnxruntime reports while loading a model that come from the files around it, not from the
+# model: the same model loads where its external data sits beside it (e.g. on an agent that was sent
+# only the .onnx by an older ltsedge). Stored as the model's own by some versions; never served.
+_NOT_THE_MODELS = ("External data path does not exist",)
+
+
+def _models_own(failure: dict[str, Any]) -> bool:
+    """A failure the model would repeat on any run: one of its own, and not caused by missing files."""
+    return failure.get("failure_kind") == "model" and not any(m in failure["error"] for m in _NOT_THE_MODELS)
 
 
 @contextmanager

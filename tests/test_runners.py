@@ -311,6 +311,8 @@ def test_whose_failure_an_error_is():
         refused = e
     assert failure_kind(refused, f"failed to load: {refused}") == "model"
     assert failure_kind(refused, "failed to run (forward): Failed to allocate memory") == "environment"
+    assert failure_kind(refused, "failed to load: Load model from m.onnx failed: External data path does not "
+                                 "exist: m.onnx.data") == "environment"  # how it was shipped (a fleet)
     assert failure_kind(ZeroDivisionError("float division by zero"), "failed to run (prefill): float division "
                                                                       "by zero") == "environment"
     assert failure_kind(RuntimeError("execution provider CUDAExecutionProvider could not be initialised"),

@@ -7,7 +7,8 @@ figures). Inside the agent an ordinary ``Runner`` measures, with its own referen
 drift guard: the board's figures are made exactly as a local search makes them.
 
 ``RemoteRunner`` is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
-client. Models travel as their ONNX bytes. Each figure comes back with the agent that measured it
+client. Models travel as their ONNX bytes, with the external data files they name (written beside
+them on the agent, as onnxruntime looks for them). Each figure comes back with the agent that measured it
 and is handed to ``on_result`` as it arrives (the store keeps it at once). An agent that dies in the
 middle of a model: Dask runs the task again on another agent, and the figure is recorded once; a
 board whose measuring worker dies under a model gets the model measured once more, by whichever agent
@@ -29,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ltsedge.devices import DeviceProfile
@@ -97,11 +99,14 @@ def agent_info() -> dict:
             "host": socket.gethostname()}
 
 
-def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, race: Race | None) -> dict:
+def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, race: Race | None,
+                     data: dict[str, bytes] | None = None) -> dict:
     """The task a search sends: measure one model here, under the search's profile. Runs in the agent's
-    one task thread."""
+    one task thread. ``data``: the model's external data files, by the locations it names."""
     agent = _agent()
-    with agent.lock:
+    with agent.lock, tempfile.TemporaryDirectory(prefix="ltsedge-agent-") as folder:
+        if data:  # the model and its data side by side, as onnxruntime looks for them
+            model = _write_beside(Path(folder), model, data)
         m = agent.runner(profile).measure(model, shapes=shapes, race=race)
     worker = _distributed().get_worker()
     m.agent = f"{worker.name} ({socket.gethostname()})" if worker.name else worker.address
@@ -194,12 +199,13 @@ class RemoteRunner:
         """Every model on some agent of the chosen machine; results handed over as they arrive. A
         failure of the environment (the board's worker died, ran out of memory) is tried once more."""
         report = on_result or (lambda i, m: None)
-        data = [bytes(m) if isinstance(m, (bytes, bytearray)) else _read(m) for m in models]
+        payloads = [_payload(m) for m in models]
         futures = {}
 
         def submit(i: int):
+            model, data = payloads[i]
             future = self._call(lambda: self.client.submit(
-                measure_on_agent, data[i], self.profile, shapes, race(i) if race else None,
+                measure_on_agent, model, self.profile, shapes, race(i) if race else None, data,
                 resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))
             futures[future] = i
             return future
@@ -282,8 +288,63 @@ class RemoteRunner:
         self.close()
 
 
-def _read(path) -> bytes:
+def _read(path, what: str = "model") -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise LtsedgeError(f"cannot read model {path}: {e.strerror or e}") from None
+        raise LtsedgeError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Models with external data: the .onnx names its weights' files, which travel with it
+# ---------------------------------------------------------------------------------------------
+AGENT_MODEL = "model.onnx"  # the model's name on the agent, beside its data files
+
+
+def _payload(model) -> tuple[bytes, dict[str, bytes] | None]:
+    """What a model travels as: its bytes, and the external data files it names (by location)."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), None
+    path = Path(model)
+    content = _read(path)
+    locations = external_data_locations(content, path)
+    return content, {name: _read(path.parent / name, f"external data of {path}:") for name in locations} or None
+
+
+def external_data_locations(content: bytes, path) -> list[str]:
+    """The files beside the model that hold its external data (relative paths, each once)."""
+    if b"location" not in content:  # the key every external tensor carries: most models, no parsing
+        return []
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    try:
+        proto = onnx.ModelProto.FromString(content)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError: the agent's onnxruntime says why it does not load
+        return []
+    locations = sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
+    for location in locations:
+        _check_location(location, path)
+    return locations
+
+
+def _check_location(location: str, model) -> None:
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not parts or location.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        raise LtsedgeError(f"model {model} names external data {location!r} outside its own directory; "
+                           f"it cannot be measured on a fleet")
+
+
+def _write_beside(folder: Path, model: bytes, data: dict[str, bytes]) -> Path:
+    """The model and its data files written into ``folder``; the model's path."""
+    for location, content in data.items():
+        _check_location(location, "sent")
+        target = folder / location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    name = AGENT_MODEL
+    while name in data:  # a data file may bear any name
+        name = "_" + name
+    path = folder / name
+    path.write_bytes(model)
+    return path

@@ -126,16 +126,20 @@ def create_session(path: str, run: RunSettings):
 
 
 MEMORY_WORDS = ("memory", "allocat", "bad_alloc")
+# onnxruntime's words for a data file that is not beside the model: the files' fault, not the model's
+MISSING_FILE_WORDS = ("external data path does not exist",)
 
 
 def failure_kind(error: BaseException, message: str) -> str:
     """"model" for a failure the model will repeat on every run (onnxruntime refuses or fails to run it),
     which the store keeps; "environment" for one it need not: running out of memory depends on the
-    machine's state, and an error not raised by onnxruntime (ltsedge's own code, an execution provider
-    that did not start) says nothing about the model. Those are measured again next time."""
+    machine's state, a missing external-data file on how the model was shipped, and an error not
+    raised by onnxruntime (ltsedge's own code, an execution provider that did not start) says nothing
+    about the model. Those are measured again next time."""
     if not type(error).__module__.startswith("onnxruntime"):
         return "environment"
-    return "environment" if any(w in message.lower() for w in MEMORY_WORDS) else "model"
+    words = (*MEMORY_WORDS, *MISSING_FILE_WORDS)
+    return "environment" if any(w in message.lower() for w in words) else "model"
 
 
 def first_line(error: BaseException) -> str:

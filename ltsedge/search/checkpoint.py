@@ -4,7 +4,8 @@
 objectives, constraints, rank and crowding), its random generator's state and counters, and the
 run's own bookkeeping (hypervolume history and scale, elapsed time). JSON, never a pickle: a
 crafted file in an output directory cannot run code. Resuming re-creates the algorithm from it and
-continues exactly as an uninterrupted run would (tested). Written to a temporary file, fsynced,
+continues exactly as an uninterrupted run would (tested), and a checkpoint of the last generation
+leaves nothing to run; a damaged one is refused in one line. Written to a temporary file, fsynced,
 then renamed over the old one: a kill or power cut leaves the previous checkpoint intact.
 
 ``candidates.jsonl`` is the append-only log of every evaluated candidate (it survives kill -9
@@ -69,28 +70,48 @@ def load_checkpoint(out_dir: Path, identity: str, algorithm) -> RunState | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = _read(path)
         if data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError) as e:
         raise LtsedgeError(f"checkpoint {path} is unreadable ({e}); {RESTART_HINT}") from None
     if data.get("identity") != identity:
         raise LtsedgeError(f"{out_dir} holds a search with different settings (space, population, seed, budgets, "
                            f"device, machine or export target); {RESTART_HINT}")
     try:
         _restore_algorithm(algorithm, data["algorithm"])
-        return RunState(**data["run"])
-    except (KeyError, TypeError, ValueError) as e:
+        return _run_state(data["run"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LtsedgeError(f"checkpoint {path} is damaged ({e}); {RESTART_HINT}") from None
 
 
 def peek_calibration(out_dir: Path, identity: str) -> dict | None:
-    """The calibration a resumable checkpoint of this run recorded (None if there is none to resume)."""
+    """The calibration a resumable checkpoint of this run recorded (None if there is none to resume;
+    a damaged checkpoint is reported by ``load_checkpoint``)."""
     try:
-        data = json.loads((out_dir / CHECKPOINT).read_text())
-        return data["run"]["calibration"] if data.get("identity") == identity else None
+        data = _read(out_dir / CHECKPOINT)
+        calibration = data["run"]["calibration"] if data.get("identity") == identity else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return calibration if isinstance(calibration, dict) else None
+
+
+def _read(path: Path) -> dict:
+    """The checkpoint's JSON object (ValueError for anything else: not UTF-8, not JSON, not an object)."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _run_state(run: dict) -> RunState:
+    state = RunState(**run)
+    if not isinstance(state.generation, int) or isinstance(state.generation, bool) or state.generation < 0:
+        raise ValueError(f"generation {state.generation!r} is not a count")
+    if not (isinstance(state.hv_history, list) and all(isinstance(r, dict) for r in state.hv_history)
+            and isinstance(state.hv_scale, (dict, type(None))) and isinstance(state.elapsed, (int, float))):
+        raise ValueError("the run's hypervolume history, scale or elapsed time is malformed")
+    return state
 
 
 def _algorithm_state(algorithm) -> dict[str, Any]:
@@ -101,14 +122,44 @@ def _algorithm_state(algorithm) -> dict[str, Any]:
 
 
 def _restore_algorithm(algorithm, state: dict[str, Any]) -> None:
-    pop = state["population"]
-    algorithm.pop = Population.new(**{k: np.array(pop[k]) for k in POPULATION_KEYS})
+    algorithm.pop = Population.new(**_population(state["population"], algorithm.problem))
     algorithm.random_state.bit_generator.state = state["random_state"]
     algorithm.n_iter = int(state["n_iter"])
+    if algorithm.n_iter < 2:
+        raise ValueError(f"n_iter {algorithm.n_iter} is before the first complete generation")
     algorithm.evaluator.n_eval = int(state["n_eval"])
     algorithm.is_initialized = True
     algorithm.start_time = time.time()
     algorithm._set_optimum()  # noqa: SLF001 - what pymoo does after every generation
+    # pymoo updates its termination before it counts the generation done (n_iter += 1): update it as
+    # it stood then, or a finished search would look unfinished and run one generation too many.
+    algorithm.n_iter -= 1
+    algorithm.termination.update(algorithm)
+    algorithm.n_iter += 1
+
+
+def _population(pop: dict, problem) -> dict[str, np.ndarray]:
+    """The saved population as arrays, checked against the problem (pymoo itself raises a bare
+    Exception on arrays of different lengths, and a wrong shape would fail only generations later)."""
+    arrays = {k: np.array(pop[k]) for k in POPULATION_KEYS}  # ragged lists: ValueError
+    n = len(arrays["X"]) if arrays["X"].ndim else 0
+    widths = {"X": problem.n_var, "F": problem.n_obj, "G": problem.n_ieq_constr, "rank": None, "crowding": None}
+    for key, width in widths.items():
+        shape = (n, width) if width is not None else (n,)
+        numbers = arrays[key].dtype.kind in "iuf" or (width is None and all(_number(v) for v in arrays[key].flat))
+        if n == 0 or arrays[key].shape != shape or not numbers:
+            raise ValueError(f"population {key} is {arrays[key].dtype} of shape {arrays[key].shape}, "
+                             f"expected numbers of shape {shape}")
+    X = arrays["X"].astype(float)
+    if not np.all(np.isfinite(X)) or np.any(X != np.round(X)) or np.any(X < problem.xl) or np.any(X > problem.xu):
+        raise ValueError("population X holds genes outside the space")
+    arrays["X"] = X.astype(int)
+    return arrays
+
+
+def _number(value) -> bool:
+    """A rank or crowding distance (None: an individual NSGA-II has not ranked)."""
+    return value is None or (isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +176,10 @@ class CandidateLog:
         """The records of this run's log (none if there is no log yet); another run's log is refused."""
         if not self.path.exists():
             return []
-        lines = self.path.read_text().splitlines()
+        try:  # always ASCII as written: undecodable bytes are damage, and the checks below refuse them
+            lines = self.path.read_bytes().decode("utf-8", errors="replace").splitlines()
+        except OSError as e:
+            raise LtsedgeError(f"cannot read {self.path}: {e.strerror or e}; {RESTART_HINT}") from None
         header = _json_or_none(lines[0]) if lines else None
         if not isinstance(header, dict) or header.get("ltsedge_candidate_log") != FORMAT:
             raise LtsedgeError(f"{self.path} is not a candidate log of this ltsedge version; {RESTART_HINT}")

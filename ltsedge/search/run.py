@@ -3,7 +3,8 @@
 Each generation: ask NSGA-II for offspring, evaluate them (store first, device otherwise), tell it
 the objectives and constraints (the generation callback records the hypervolume), checkpoint. A killed search re-run with the same command continues from its last complete
 generation; everything it had measured is re-used (from its candidate log and the store), so
-nothing is measured twice. At the end (or on Ctrl-C) the frontier is published as ONNX models with
+nothing is measured twice; a finished one (or one killed while publishing) evolves no further and
+publishes its frontier again. At the end (or on Ctrl-C) the frontier is published as ONNX models with
 their re-measured costs (``finish.py``) and the outputs are written (``report.py``).
 """
 
@@ -24,6 +25,7 @@ import ltsedge
 from ltsedge.backbones import BaselineSpec
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.runners.policy import Calibration
@@ -34,6 +36,7 @@ from ltsedge.search.callback import GenerationCallback
 from ltsedge.search.checkpoint import (
     CANDIDATE_LOG,
     CHECKPOINT,
+    RESTART_HINT,
     CandidateLog,
     RunState,
     identity_hash,
@@ -52,6 +55,12 @@ from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
 
 
+# Upper bounds of a search's size: every candidate is a model exported and measured (a second or more
+# each), so 10,000 of either is already weeks of measuring, far beyond the study's 100 x 30.
+MAX_POPULATION = 10_000
+MAX_GENERATIONS = 10_000
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     space: SearchSpace = field(default_factory=SearchSpace)
@@ -67,6 +76,13 @@ class SearchSettings:
     measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
     seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
     precision: str = "fp32"  # every candidate exported and measured at it: fp32, int8, int4 (fp16 on CUDA)
+
+    def __post_init__(self) -> None:
+        # Checked before anything starts: NSGA-II would try to sample a billion candidates and hang silently.
+        for name, low, high in (("population", 2, MAX_POPULATION), ("generations", 1, MAX_GENERATIONS)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise LtsedgeError(f"--{name} {value!r} is out of range: use {low} to {high}")
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -193,7 +209,11 @@ class SearchRun:
         resumed = load_checkpoint(self.out_dir, identity, algorithm)
         if resumed is not None:
             self.state = resumed
-            self.log(f"resuming {self.out_dir} after generation {self.state.generation}")
+            if algorithm.has_next():
+                self.log(f"resuming {self.out_dir} after generation {self.state.generation}")
+            else:  # finished, or killed while publishing: nothing to evolve, its frontier is published (again)
+                self.log(f"{self.out_dir} completed its {self.state.generation} generations: publishing its "
+                         f"frontier from the checkpoint and the store")
         elif evaluator.candidates():
             self.log("no complete generation to resume from: starting over, re-using what was measured")
         self.elapsed_before = self.state.elapsed
@@ -218,7 +238,7 @@ class SearchRun:
         so its milliseconds stay in one scale (and the drift guard its baseline)."""
         saved = peek_calibration(self.out_dir, identity)
         if saved is not None:
-            runner.use_calibration(Calibration(**saved))
+            runner.use_calibration(_saved_calibration(saved, self.out_dir / CHECKPOINT))
         self.state.calibration = runner.calibrate().to_dict()
 
     def _tick(self) -> None:
@@ -235,3 +255,14 @@ class SearchRun:
             "hypervolume": self.state.hv_history,
             "hypervolume_scale": self.state.hv_scale, "frontier_size": frontier_size, "versions": report.versions(),
         }
+
+
+def _saved_calibration(saved: dict, path: Path) -> Calibration:
+    try:
+        calibration = Calibration(**saved)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in saved.values()) \
+                or not calibration.reference_ms > 0:
+            raise ValueError(f"calibration {saved}")
+    except (TypeError, ValueError) as e:
+        raise LtsedgeError(f"checkpoint {path} is damaged ({e}); {RESTART_HINT}") from None
+    return calibration
