@@ -1,0 +1,130 @@
+"""A bundle's tokenizer (issue 19): `--tokenizer` takes a tokenizer.json or the folder holding one; the
+companions onnxruntime-genai and transformers need (tokenizer_config.json, special_tokens_map.json) are
+made from tokenizer.json when absent; a tokenizer whose ids do not fit the model's vocabulary is refused
+in one line (exit 2) before anything is written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ltsedge.exporters.bundle import export_to_path
+from tests.conftest import TINY_VOCAB, tiny_arch
+
+SENTENCES = ["the quick brown fox jumps over the lazy dog", "a small model speaks in small tokens",
+             "the dog sleeps while the fox runs away", "tokens in, tokens out: a tiny vocabulary"]
+SENTENCE = "the lazy fox sleeps over a small dog, quickly"
+TRAINED_VOCAB = 300  # under tiny_arch's 500
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def one_line_exit_2(proc, message):
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A byte-level BPE tokenizer.json trained on a few sentences, alone in its folder."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tokenizer = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TRAINED_VOCAB, special_tokens=["<|endoftext|>", "<pad>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(SENTENCES * 5, trainer)
+    assert tokenizer.get_vocab_size() == TRAINED_VOCAB
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def reference(path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def test_a_bundle_with_only_tokenizer_json_loads_in_genai_and_transformers(tmp_path, trained):
+    og = pytest.importorskip("onnxruntime_genai")
+    bundle = tmp_path / "b"
+    _, files = export_to_path(tiny_arch(), bundle, variant="generate", tokenizer=trained)
+    assert files.generated == (str(bundle / "tokenizer_config.json"), str(bundle / "special_tokens_map.json"))
+    config = json.loads((bundle / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["model_max_length"] == 64
+    assert json.loads((bundle / "special_tokens_map.json").read_text()) == {
+        "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<pad>", "unk_token": "<unk>"}
+
+    ours = reference(trained).encode(SENTENCE).ids
+    genai = og.Tokenizer(og.Model(str(bundle)))  # failed: "Failed to open a json file: .../tokenizer_config.json"
+    assert [int(i) for i in genai.encode(SENTENCE)] == ours
+    assert genai.decode(genai.encode(SENTENCE)) == reference(trained).decode(ours) == SENTENCE
+
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(str(bundle))
+    assert hf(SENTENCE).input_ids == ours and hf.decode(ours) == SENTENCE
+    genai_config = json.loads((bundle / "genai_config.json").read_text())["model"]
+    assert (hf.eos_token_id, hf.pad_token_id, hf.model_max_length) == (
+        genai_config["eos_token_id"], genai_config["pad_token_id"], 64) == (0, 1, 64)
+
+
+def test_the_folder_form_takes_its_tokenizer_json_and_companions_and_makes_the_missing_one(tmp_path, arch_file,
+                                                                                           trained):
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(trained.read_bytes())
+    mine = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32, "eos_token": "<|endoftext|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(mine))
+    proc = run("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    bundle = tmp_path / "b"
+    assert (bundle / "tokenizer.json").read_bytes() == trained.read_bytes()
+    assert json.loads((bundle / "tokenizer_config.json").read_text()) == mine  # the user's, not made
+    assert json.loads((bundle / "special_tokens_map.json").read_text())["pad_token"] == "<pad>"
+    assert str(bundle / "special_tokens_map.json") in proc.stdout
+
+    (folder / "tokenizer.json").unlink()
+    proc = run("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "c")
+    one_line_exit_2(proc, f"tokenizer folder {folder} has no tokenizer.json")
+    assert not (tmp_path / "c").exists()
+
+
+HUGE_ADDED = {"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+              "added_tokens": [{"id": TINY_VOCAB, "content": "<|endoftext|>", "special": True}]}
+HUGE_UNIGRAM = {"version": "1.0", "model": {"type": "Unigram", "vocab": [["a", -1.0]] * (TINY_VOCAB + 1)}}
+
+
+@pytest.mark.parametrize("content, largest", [(None, TRAINED_VOCAB - 1), (HUGE_ADDED, TINY_VOCAB),
+                                              (HUGE_UNIGRAM, TINY_VOCAB)])
+def test_a_tokenizer_whose_ids_do_not_fit_the_vocabulary_is_one_line_and_nothing_is_written(
+        tmp_path, arch_file, request, content, largest):
+    if content is None:  # the trained one, for a model of fewer tokens
+        tokenizer, arch = request.getfixturevalue("trained"), tiny_arch(vocab_size=200)
+    else:
+        tokenizer, arch = tmp_path / "tok" / "tokenizer.json", tiny_arch()
+        tokenizer.parent.mkdir()
+        tokenizer.write_text(json.dumps(content))
+    proc = run("export", arch_file(arch), "--variant", "generate", "--tokenizer", tokenizer, "-o", tmp_path / "b")
+    one_line_exit_2(proc, f"token ids go up to {largest}, the architecture's vocab_size is {arch.vocab_size}")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_tokenizer_that_fits_exactly_is_accepted(tmp_path):
+    tokenizer = tmp_path / "tok" / "tokenizer.json"
+    tokenizer.parent.mkdir()
+    tokenizer.write_text(json.dumps({**HUGE_ADDED, "added_tokens": [{**HUGE_ADDED["added_tokens"][0],
+                                                                     "id": TINY_VOCAB - 1}]}))
+    _, files = export_to_path(tiny_arch(), tmp_path / "b", variant="generate", tokenizer=tokenizer)
+    assert str(tmp_path / "b" / "tokenizer.json") in files
+    assert json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
