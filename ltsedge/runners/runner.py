@@ -35,7 +35,8 @@ from ltsedge.wire import weights_mb
 
 RESTART_GROWTH_MB = 64.0
 CALIBRATION_S = 1.0  # of the reference alone, before the first model
-CALIBRATION_TIMEOUT_S = 120.0
+CALIBRATION_TIMEOUT_S = 120.0  # at most, whatever the profile's per-model timeout
+CALIBRATION_FLOOR_S = 10.0  # at least: loading the reference and its second of timing, on a slow board
 PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
                   "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
                   "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
@@ -141,11 +142,13 @@ class Runner:
         """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
         if self.calibration is None:
             worker = self._ensure_worker()
-            try:  # our own small model, within the profile's limits (absurd thread counts show up here first)
+            # Our own small model, under the profile's memory limit and its timeout (absurd thread counts
+            # show up here first); the timeout is per model, so the reference gets at least its floor.
+            timeout_s = min(max(self.profile.timeout_s, CALIBRATION_FLOOR_S), CALIBRATION_TIMEOUT_S)
+            try:
                 reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
                                         "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
-                                       timeout_s=min(self.profile.timeout_s, CALIBRATION_TIMEOUT_S),
-                                       memory_limit_mb=self.profile.memory_limit_mb)
+                                       timeout_s=timeout_s, memory_limit_mb=self.profile.memory_limit_mb)
             except WorkerDied as e:
                 self._worker = None
                 raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
