@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import read_text
+from ltsedge.files import parse_json, read_text
 from ltsedge.validate import is_int, reject_unknown
 
 DEFAULT_VOCAB_SIZE = 50257
@@ -137,10 +137,7 @@ class Architecture:
 
     @classmethod
     def from_json(cls, text: str, source: str = "architecture JSON") -> Architecture:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise LtsedgeError(f"{source}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        data = parse_json(text, source)
         try:
             return cls.from_dict(data)
         except LtsedgeError as e:

@@ -17,7 +17,7 @@ import typer
 
 from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
-from ltsedge.validate import parse_shape_options
+from ltsedge.validate import parse_shape_options, scheduler_address
 
 app = typer.Typer(
     add_completion=False,
@@ -49,7 +49,7 @@ def space(
     for key, value in description.items():
         if key == "size":  # exact while readable; a space of 10^4000 architectures gets its magnitude
             log10 = description["size_log10"]
-            value = f"{value:,} (~10^{log10})" if log10 < 40 else f"~10^{log10}"
+            value = f"{value:,} (~10^{log10})" if value is not None else f"~10^{log10}"
         elif key == "size_log10":
             continue
         typer.echo(f"{key:>20}: {value}")
@@ -115,6 +115,15 @@ DEVICE_HELP = "Device profile: a built-in name (see `ltsedge devices`) or a path
 STORE_HELP = "Measurement store (SQLite). Default: $LTSEDGE_STORE, else the user cache directory."
 SCHEDULER_HELP = "Measure on the ltsedge agents of this Dask scheduler (tcp://HOST:8786), not on this machine."
 MACHINE_HELP = "With agents of several kinds of machine: the fingerprint hash of those to measure on."
+SCHEDULER_WAIT_S = 30.0  # how long `agent` waits for its scheduler to answer (as long as a search or profile does)
+
+
+def _fleet(scheduler: str | None, machine: str | None) -> None:
+    """The one check of --scheduler and --machine every measuring command shares, before anything runs."""
+    if scheduler is not None:
+        scheduler_address(scheduler)
+    elif machine is not None:
+        raise LtsedgeError("--machine picks among the agents of a fleet: give --scheduler too")
 
 
 @app.command()
@@ -135,8 +144,8 @@ def profile(
     fresh: bool = typer.Option(False, "--fresh", help="Measure again even if the store has this measurement."),
     shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="For ARCH.json: onnxruntime version to export for."),
-    variant: str = typer.Option("forward", "--variant", help="For ARCH.json: forward (one full pass) or generate "
-                                "(KV cache: prefill and per-token decode are timed)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="For ARCH.json: forward (one full pass, the "
+                                          "default) or generate (KV cache: prefill and per-token decode are timed)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
     precision: Optional[str] = typer.Option(None, "--precision", help="For ARCH.json: " + PRECISION_HELP
@@ -145,6 +154,7 @@ def profile(
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
+    _fleet(scheduler, machine)
     result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
                            target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
                            precision=precision)
@@ -234,6 +244,7 @@ def search(
     """Search the space for the Pareto frontier of decoder parameters vs latency vs memory on a device."""
     from ltsedge.extras import require
 
+    _fleet(scheduler, machine)
     require("pymoo", "search")
     require("torch", "search")
     from ltsedge.search.api import SearchOptions, run_search
@@ -316,7 +327,9 @@ def agent(
     from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
     from ltsedge.runners.remote import run_agent
 
+    scheduler_address(scheduler)
     profile = load_profile(device)
+    _wait_for_scheduler(scheduler, SCHEDULER_WAIT_S)
     machine = fingerprint_hash(machine_fingerprint(profile))
 
     def ready(address: str) -> None:
@@ -324,6 +337,23 @@ def agent(
                    err=True)
 
     run_agent(scheduler, profile, name=name, ready=ready)
+
+
+def _wait_for_scheduler(address: str, timeout_s: float) -> None:
+    """A bounded wait for the scheduler: a Dask worker would wait for it silently, forever."""
+    import asyncio
+
+    from ltsedge.extras import require
+
+    comm = require("distributed", "measuring on a fleet").comm
+
+    async def probe() -> None:
+        await (await comm.connect(address, timeout=timeout_s)).close()
+
+    try:
+        asyncio.run(probe())
+    except (OSError, TimeoutError, asyncio.TimeoutError) as e:
+        raise LtsedgeError(f"cannot reach the scheduler {address}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,6 +384,7 @@ def check(
     """Gate models on latency/memory budgets: exit 0 within budget, 1 over budget or regressed, 2 bad input."""
     from ltsedge.check import run_check
 
+    _fleet(scheduler, machine)
     report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
                        max_prefill_ms=max_prefill_ms, max_decode_ms=max_decode_ms,
                        budgets_file=budgets, shapes=parse_shape_options(shape), against=against,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import sys
@@ -75,6 +76,22 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise LtsedgeError(f"{what} {path}: malformed TOML: {e}") from None
     except RecursionError:
         raise LtsedgeError(f"{what} {path}: malformed TOML: nested too deeply") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``text`` as JSON; malformed or too deeply nested JSON (``[[[...]]]`` 100 000 deep) is one line
+    naming ``where``, never a RecursionError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LtsedgeError(f"{where}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise LtsedgeError(f"{where}: malformed JSON: nested too deeply") from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The JSON in a user's file: "<what> <path>: malformed JSON: ..." when it is not."""
+    return parse_json(read_text(path, what), f"{what} {path}")
 
 
 def kind_of(mode: int) -> str:

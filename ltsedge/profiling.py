@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ltsedge.architecture import Architecture
+from ltsedge.check.run import check_shapes
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
@@ -31,19 +32,24 @@ from ltsedge.store import MeasurementStore
 
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
-                  target_ort: str | None = None, variant: str = DEFAULT_VARIANT, scheduler: str | None = None,
+                  target_ort: str | None = None, variant: str | None = None, scheduler: str | None = None,
                   machine: str | None = None, precision: str | None = None) -> dict:
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object).
 
     ``precision`` (an architecture only; default: the profile's [export] precision, else fp32): the
-    candidate is exported at it, and keyed by it in the store. An ONNX file is measured as it is."""
+    candidate is exported at it, and keyed by it in the store. An ONNX file is measured as it is: its
+    variant is the one it was exported as (``variant``, when given, must agree), ``shapes`` must name its
+    inputs (checked before anything is measured or stored)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
+    if path.is_dir():
+        raise LtsedgeError(f"model {path} is a directory, not a model file")
     if not path.is_file():
         raise LtsedgeError(f"model file not found: {path}")
     target_ort = target_ort or profile.target_ort
     sha256 = None
     if path.suffix.lower() == ".json":
+        variant = variant or DEFAULT_VARIANT
         precision = precision or profile.precision or DEFAULT_PRECISION
         target = target_for(target_ort)
         check_precision(precision, target.runtime, profile.execution_provider)  # before anything is measured
@@ -53,7 +59,12 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         if precision is not None:
             raise LtsedgeError(f"--precision is for an architecture (ARCH.json): {path} is measured as it is "
                                f"(quantize it before, or export the architecture with --precision)")
-        arch, variant = _architecture_or_none(path)
+        arch, declared = _architecture_or_none(path)
+        if variant is not None and variant != declared:
+            raise LtsedgeError(f"--variant {variant} is for an architecture (ARCH.json): {path} is measured as it "
+                               f"was exported ({declared})")
+        variant = declared
+        check_shapes(path, shapes or {}, profile, str(path))
         sha256 = sha256_of(path)
         key = file_key(sha256)
     with MeasurementStore(store_path) as store, runner_factory(scheduler, machine)(profile) as runner, \
@@ -68,6 +79,7 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
                 export_model(arch, target_ort=target_ort, variant=variant, precision=precision,
                              execution_provider=profile.execution_provider).save(onnx_path, digest=False)
+                check_shapes(onnx_path, shapes or {}, profile, str(path))
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
             store.put(*store_key, measurement, fingerprint=fingerprint,
                       settings=measurement_settings(profile, shapes, variant))

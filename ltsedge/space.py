@@ -17,13 +17,19 @@ first choice, so one model has one architecture. ``par_rules`` adds the PAR stud
 attention only in the first two thirds of the layers, at most one attention layer per five layers
 (rounded up), at least one.
 
+Sizes: a range table is counted before it is enumerated (at most MAX_CHOICES choices per key, n_layer at
+most MAX_LAYERS), and the size's magnitude is summed in logarithms, so a space of 10^40000 architectures
+is described at once; the exact count is made only where it is printed (below 10^EXACT_SIZE_DIGITS).
+
 (Over 300 lines for one reason: the encoding, the repair and the exact size count must change together.)
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,9 @@ from ltsedge.validate import is_int, reject_unknown
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
 PAR_ATTENTION_SHARE = 2 / 3  # PAR: attention is needed only in the first two thirds of the layers
 PAR_LAYERS_PER_ATTENTION = 5  # PAR: about one attention layer per five layers suffices
+MAX_CHOICES = 10_000  # per key of a space file: more is a typo (and would take minutes to size)
+MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 genes per layer
+EXACT_SIZE_DIGITS = 40  # describe() counts the size exactly below 10^this (the CLI prints it in full)
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,11 @@ class SearchSpace:
                 raise LtsedgeError(f"search space: {name} has no choices")
             object.__setattr__(self, name, tuple(sorted(set(values))))
         self._check_block_types()
+        if self.max_layers > MAX_LAYERS:
+            raise LtsedgeError(f"search space: n_layer {self.max_layers} is over the {MAX_LAYERS:,} layers an "
+                               f"architecture of a search may have")
         for d in self.d_model:
-            if not self.d_inner_choices(d):
+            if not self._n_inner(d):
                 raise LtsedgeError(
                     f"search space: no d_inner choice is >= {self.d_inner_min_ratio} x d_model = {d} "
                     f"(d_inner max is {max(self.d_inner)})"
@@ -105,26 +117,61 @@ class SearchSpace:
         return self.d_embed or (None,)  # None: the architecture's d_embed defaults to its d_model
 
     def d_inner_choices(self, d_model: int) -> tuple[int, ...]:
-        return tuple(v for v in self.d_inner if v >= self.d_inner_min_ratio * d_model)
+        return self.d_inner[len(self.d_inner) - self._n_inner(d_model):]
+
+    def _n_inner(self, d_model: int) -> int:
+        """How many d_inner choices d_model allows (d_inner is sorted)."""
+        return len(self.d_inner) - bisect.bisect_left(self.d_inner, self.d_inner_min_ratio * d_model)
 
     def size(self) -> int:
-        """The exact number of distinct architectures in the space."""
+        """The exact number of distinct architectures in the space (a number of size_log10() digits)."""
         per_embedding = len(self._d_embed_choices) * len(self.div_val)
-        return per_embedding * sum(self._stacks(n, d) for n in self.n_layer for d in self.d_model)
+        return per_embedding * sum(count * self._stacks(n, inner) for inner, count in self._inner_counts().items()
+                                   for n in self.n_layer)
 
-    def _stacks(self, n: int, d_model: int) -> int:
-        """Distinct layer stacks of n layers at d_model."""
-        heads, inner = len(self.n_head), len(self.d_inner_choices(d_model))
+    def size_log10(self) -> float:
+        """log10 of size(), summed in logarithms: no number of thousands of digits is made."""
+        counts = self._inner_counts()
+        inner = np.array(list(counts), dtype=float)
+        if self.par_rules:
+            stacks = _log10_sum(np.array([self._par_stacks_log10(n, inner) for n in self.n_layer]), axis=0)
+        else:
+            n = np.array(self.n_layer, dtype=float)
+            stacks = np.array([_log10_sum(n * math.log10(sum(self._bases(i)))) for i in counts])
+        per_embedding = len(self._d_embed_choices) * len(self.div_val)
+        return math.log10(per_embedding) + float(_log10_sum(np.log10(list(counts.values())) + stacks))
+
+    def _inner_counts(self) -> Counter:
+        """d_inner choice counts -> how many d_model values have that many: stacks depend on d_model only so."""
+        return Counter(self._n_inner(d) for d in self.d_model)
+
+    def _bases(self, inner: int) -> tuple[int, int]:
+        """Choices of one layer with attention, and of one FFN-only layer (0: no such block type)."""
+        heads = len(self.n_head)
         if not self.block_types:
-            return (heads * inner) ** n
+            return heads * inner, 0
         per_type = {"attn_ffn": heads * inner, "ffn": inner, "attn": heads}
-        with_attention = sum(per_type[t] for t in self.block_types if t != "ffn")
-        ffn = per_type["ffn"] if "ffn" in self.block_types else 0
+        return (sum(per_type[t] for t in self.block_types if t != "ffn"),
+                per_type["ffn"] if "ffn" in self.block_types else 0)
+
+    def _stacks(self, n: int, inner: int) -> int:
+        """Distinct layer stacks of n layers at a d_model allowing ``inner`` d_inner choices."""
+        with_attention, ffn = self._bases(inner)
         if not self.par_rules:
             return (with_attention + ffn) ** n
         eligible, cap = _par_limits(n)
         return ffn ** (n - eligible) * sum(math.comb(eligible, k) * with_attention**k * ffn ** (eligible - k)
                                            for k in range(1, cap + 1))
+
+    def _par_stacks_log10(self, n: int, inner: np.ndarray) -> np.ndarray:
+        """log10 of _stacks(n, i) for each i in ``inner``, under the PAR rules (an FFN-only block type is
+        among the choices, so ffn >= 1)."""
+        with_attention, ffn = (np.log10(np.broadcast_to(b, inner.shape)) for b in self._bases(inner))
+        eligible, cap = _par_limits(n)
+        k = np.arange(1, cap + 1)[:, None]
+        log_comb = np.cumsum(np.log10((eligible - k + 1) / k), axis=0)  # log10 C(eligible, k)
+        terms = log_comb + k * with_attention + (eligible - k) * ffn
+        return (n - eligible) * ffn + _log10_sum(terms, axis=0)
 
     # --- encoding ------------------------------------------------------------------------------
     @property
@@ -235,7 +282,8 @@ class SearchSpace:
 
     # --- description and configuration -----------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        size = self.size()
+        """What the space holds; "size" is exact below 10^EXACT_SIZE_DIGITS, else None ("size_log10" always)."""
+        log10 = self.size_log10()
         return {
             "source": self.source,
             "n_layer": _describe(self.n_layer),
@@ -249,8 +297,8 @@ class SearchSpace:
             **({"block types (per layer)": _describe_types(self.block_types)
                 + (", PAR rules" if self.par_rules else "")} if self.block_types else {}),
             **({"mem_len": self.mem_len} if self.mem_len is not None else {}),
-            "size": size,
-            "size_log10": round(math.log10(size), 2),
+            "size": self.size() if log10 < EXACT_SIZE_DIGITS else None,
+            "size_log10": round(log10, 2),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,6 +330,13 @@ class SearchSpace:
 
 
 _CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs")
+
+
+def _log10_sum(logs, axis=None):
+    """log10(sum(10 ** logs)) without overflow."""
+    top = np.max(logs, axis=axis, keepdims=True)
+    powers = np.exp((logs - top) * math.log(10))  # exp: a tenth of the time of 10.0 ** x
+    return np.squeeze(top + np.log10(np.sum(powers, axis=axis, keepdims=True)), axis=axis)
 
 
 def _par_limits(n_layer: int) -> tuple[int, int]:
@@ -316,7 +371,11 @@ def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
         lo, hi, step = value["min"], value["max"], value.get("step", 1)
         if not all(is_int(v) for v in (lo, hi, step)) or step < 1 or lo > hi:
             raise LtsedgeError(f"{source}: {key} range {value} is invalid: integers with min <= max and step >= 1")
-        value = list(range(lo, hi + 1, step))
+        choices = range(lo, hi + 1, step)
+        if len(choices) > MAX_CHOICES:  # counted, not enumerated
+            raise LtsedgeError(f"{source}: {key} range {value} has {len(choices):,} choices: a space may have at "
+                               f"most {MAX_CHOICES:,} per key")
+        value = list(choices)
     if not isinstance(value, list) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
     if key not in ("cutoffs", "d_embed") and not value or value and min(value) < 1:

@@ -68,3 +68,20 @@ def toml_repr(value: Any) -> str:
     if isinstance(value, dict):
         return "{...}"
     return repr(value)
+
+
+SCHEDULER_PROTOCOLS = ("tcp", "tls", "ws", "wss")  # what a Dask client reaches a remote scheduler over
+
+
+def scheduler_address(text: str, flag: str = "--scheduler") -> str:
+    """``tcp://HOST:PORT`` (tls, ws, wss too; a bare ``HOST:PORT`` is tcp), checked before anything connects."""
+    protocol, sep, rest = text.partition("://")
+    if not sep:
+        protocol, rest = "tcp", text
+    host, _, port = rest.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address: [::1]:8786
+    if (protocol not in SCHEDULER_PROTOCOLS or not host or any(c.isspace() or c in "/?#@" for c in host)
+            or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535):
+        raise LtsedgeError(f"{flag} {text!r} is not a Dask scheduler address: expected PROTOCOL://HOST:PORT with "
+                           f"PROTOCOL one of {', '.join(SCHEDULER_PROTOCOLS)} (e.g. tcp://192.168.1.10:8786)")
+    return text

@@ -232,6 +232,8 @@ def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_lat
     for path, display, entry in chosen:
         if not path.is_file():
             where = f" (listed in {budgets_file.path})" if entry is not None and not models else ""
+            if path.is_dir():
+                raise LtsedgeError(f"model {display}{where} is a directory, not a model file")
             raise LtsedgeError(f"model file not found: {display}{where}")
         if budgets_file is not None and entry is None and not any(v is not None for v in cli.values()):
             raise LtsedgeError(f"{display} is not in the budgets file {budgets_file.path}: add a [[model]] entry "

@@ -15,13 +15,15 @@ a suite of its own whose properties carry its measured figures. One test case pe
 tracks each one across runs. Failure types: BudgetExceeded, Regression; a model that could not be
 measured is an <error type="MeasurementFailed">; a model of the budgets file without budgets for
 this device is a suite with one <skipped> case. Marginal verdicts say so in the message and in
-system-out (the test name stays the same across runs).
+system-out (the test name stays the same across runs). Characters XML 1.0 cannot hold (a control
+character in a file name, a worker's error text) are written escaped, as ``\\x1b``, so the file parses.
 """
 
 from __future__ import annotations
 
 import datetime
 import platform
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 SUITE_NAME = "ltsedge check"
 FAILURE_TYPES = {"budget": "BudgetExceeded", "regression": "Regression"}
+XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # not even as &#NN;
 MEASURED = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged", "peak_memory_mb",
             "weights_mb")
 
@@ -71,7 +74,15 @@ def junit_tree(report: CheckReport) -> ET.ElementTree:
         case = ET.SubElement(suite, "testcase", {"classname": classname, "name": model, "time": "0"})
         ET.SubElement(case, "skipped", {"message": why})
     ET.indent(root)
+    for element in root.iter():
+        element.text = _xml_safe(element.text)
+        element.attrib.update({k: _xml_safe(v) for k, v in element.attrib.items()})
     return ET.ElementTree(root)
+
+
+def _xml_safe(text: str | None) -> str | None:
+    """``text`` with the characters XML 1.0 forbids written as Python writes them (``\\x1b``)."""
+    return XML_ILLEGAL.sub(lambda m: ascii(m.group())[1:-1], text) if text else text
 
 
 def _suite(root: ET.Element, name: str, tests: int, failures: int, errors: int, skipped: int, seconds: float,

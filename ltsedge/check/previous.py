@@ -25,7 +25,7 @@ from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import read_text
+from ltsedge.files import parse_json, read_text
 from ltsedge.validate import is_number
 
 # Profile settings that change what is measured (the repeat policy only changes how precisely).
@@ -121,18 +121,12 @@ def _documents(text: str, where: str) -> list[Any]:
         raise LtsedgeError(f"{where} is empty (expected the output of `ltsedge check --json` or "
                            f"`ltsedge profile --json`)")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as first:
-        docs = []
-        for line in text.splitlines():  # JSON lines?
-            if not line.strip():
-                continue
-            try:
-                docs.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise LtsedgeError(f"{where}: malformed JSON: {first.msg} "
-                                   f"(line {first.lineno}, column {first.colno})") from None
-        return docs
+        data = parse_json(text, where)
+    except LtsedgeError as whole:
+        try:  # JSON lines?
+            return [parse_json(line, where) for line in text.splitlines() if line.strip()]
+        except LtsedgeError:
+            raise whole from None
     return data if isinstance(data, list) else [data]
 
 

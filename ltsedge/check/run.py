@@ -163,14 +163,27 @@ def inspect_model(path: Path) -> ModelInfo:
     """sha256, ltsedge architecture id and declared inputs; a file onnx cannot parse gets None for
     the last two (onnxruntime then reports why it does not load)."""
     sha256 = sha256_of(path)
+    proto = _onnx_proto(path)
+    if proto is None:
+        return ModelInfo(sha256, None, None)
+    from ltsedge.exporters import read_metadata
+    from ltsedge.exporters.quantize import precision_of
+
+    return ModelInfo(sha256, read_metadata(proto).get("id"), _declared_inputs(proto), precision_of(proto))
+
+
+def _onnx_proto(path: Path):
+    """The model's graph without its external weights; None when onnx cannot parse it."""
     try:
         import onnx
 
-        from ltsedge.exporters import read_metadata
-
-        proto = onnx.load(str(path), load_external_data=False)
+        return onnx.load(str(path), load_external_data=False)
     except Exception:  # noqa: BLE001 - not parseable here; the runner reports the load failure
-        return ModelInfo(sha256, None, None)
+        return None
+
+
+def _declared_inputs(proto) -> dict[str, list | None]:
+    """The graph's inputs that are not initializers -> their dims (an int, a symbolic name or None each)."""
     initializers = {t.name for t in proto.graph.initializer}
     inputs = {}
     for vi in proto.graph.input:
@@ -179,9 +192,27 @@ def inspect_model(path: Path) -> ModelInfo:
         tensor = vi.type.tensor_type
         inputs[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
                            if tensor.HasField("shape") else None)
-    from ltsedge.exporters.quantize import precision_of
+    return inputs
 
-    return ModelInfo(sha256, read_metadata(proto).get("id"), inputs, precision_of(proto))
+
+def check_shapes(path: Path, shapes: dict[str, list[int]], profile: DeviceProfile, where: str) -> None:
+    """Shapes against the inputs the model at ``path`` declares: a wrong name or shape is bad input, found
+    before anything is measured (nothing to check when onnx cannot read the model)."""
+    proto = _onnx_proto(path) if shapes else None
+    if proto is not None:
+        _check_declared(where, _declared_inputs(proto), shapes, profile)
+
+
+def _check_declared(where: str, inputs: dict[str, list | None], shapes: dict[str, list[int]],
+                    profile: DeviceProfile) -> None:
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise LtsedgeError(f"{where}: shape given for {name!r}, which is not an input of the model "
+                               f"(inputs: {', '.join(inputs) or 'none'})")
+        try:
+            resolve_shape(name, inputs[name], profile, dims)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"{where}: {e}") from None
 
 
 def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], profile: DeviceProfile
@@ -194,14 +225,7 @@ def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], pro
         shapes.update(cli)
         return shapes
     shapes.update({k: v for k, v in cli.items() if k in info.inputs})
-    for name, dims in shapes.items():
-        if name not in info.inputs:
-            raise LtsedgeError(f"{target.display}: shape given for {name!r}, which is not an input of the model "
-                               f"(inputs: {', '.join(info.inputs) or 'none'})")
-        try:
-            resolve_shape(name, info.inputs[name], profile, dims)
-        except LtsedgeError as e:
-            raise LtsedgeError(f"{target.display}: {e}") from None
+    _check_declared(target.display, info.inputs, shapes, profile)
     return shapes
 
 

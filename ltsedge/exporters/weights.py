@@ -1,6 +1,8 @@
 """Trained weights in: a PyTorch ``state_dict`` of ltsedge's reference model, from ``.pt`` or ``.safetensors``.
 
-Reading never runs code from the file: ``torch.load(weights_only=True)`` or safetensors. The tensors
+Reading never runs code from the file: ``torch.load(weights_only=True)`` or safetensors; a file that
+cannot be read so is refused in ltsedge's own words (torch's warnings silenced, and never its advice to
+load with ``weights_only=False``). Only floating-point tensors are weights. The tensors
 are checked against the architecture's reference model (built on the meta device: names and shapes,
 no memory) and the first mismatch is a one-line error naming the tensor. The common wrappers of a
 training script are accepted: a ``{"model": state_dict}`` checkpoint, ``module.`` (DataParallel) and
@@ -9,6 +11,9 @@ training script are accepted: a ``{"model": state_dict}`` checkpoint, ``module.`
 
 from __future__ import annotations
 
+import pickle
+import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,13 +44,37 @@ def load_state_dict(path: str | Path) -> dict:
         else:
             import torch
 
-            data = torch.load(str(path), map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+                warnings.simplefilter("ignore")
+                data = torch.load(str(path), map_location="cpu", weights_only=True)
     except LtsedgeError:
         raise
     except Exception as e:  # noqa: BLE001 - unpickling and safetensors raise many kinds
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LtsedgeError(f"weights file {path} cannot be read: {first}") from None
+        raise LtsedgeError(f"weights file {path} cannot be read: {_why_unreadable(e)}") from None
     return _unwrap(data, path)
+
+
+def _why_unreadable(e: Exception) -> str:
+    """One line: what torch found, without its advice to turn weights_only off (ltsedge never does)."""
+    text = str(e)
+    if isinstance(e, pickle.UnpicklingError):  # weights_only refused it: not a pickle, or objects beyond tensors
+        found = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+        return (f"not a plain state_dict of tensors ({_first_sentences(found.group(1) if found else '')}); "
+                f"ltsedge never runs code from a weights file (save model.state_dict() with torch.save, or use "
+                f".safetensors)")
+    if isinstance(e, EOFError):
+        return "the file is empty or cut short"
+    return _first_sentences(text.strip().splitlines()[0] if text.strip() else "") or type(e).__name__
+
+
+def _first_sentences(line: str) -> str:
+    """The sentences of ``line`` up to torch's advice to load with weights_only=False."""
+    kept = []
+    for sentence in re.split(r"(?<=\.)\s+", line.strip()):
+        if "weights_only" in sentence or "Re-running" in sentence or "add_safe_globals" in sentence:
+            break
+        kept.append(sentence)
+    return " ".join(kept).strip()
 
 
 def _unwrap(data, path: Path) -> dict:
@@ -84,10 +113,14 @@ def checked_weights(state_dict: Mapping, reference, source: str, tied_aliases: M
     for name, want in expected.items():
         if name not in state_dict:
             raise LtsedgeError(f"{source}: tensor {name!r} is missing (the architecture needs {list(want.shape)})")
-        got = tuple(state_dict[name].shape)
+        tensor = state_dict[name]
+        got = tuple(tensor.shape)
         if got != tuple(want.shape):
             raise LtsedgeError(f"{source}: tensor {name!r} has shape {list(got)}, the architecture needs "
                                f"{list(want.shape)}")
+        if not tensor.is_floating_point():  # complex would lose its imaginary part, integers be cast silently
+            raise LtsedgeError(f"{source}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}: weights "
+                               f"must be floating point (float32, float16, bfloat16 or float64)")
     extra = [name for name in state_dict if name not in expected]
     if extra:
         raise LtsedgeError(f"{source}: tensor {extra[0]!r} is not part of this architecture's model")
