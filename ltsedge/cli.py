@@ -86,11 +86,11 @@ def export(
                                 "generate: a deployable bundle with a KV cache (onnxruntime-genai, Optimum naming)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="Trained weights: a state_dict of ltsedge's "
                                            "reference model (.pt or .safetensors). Default: random weights."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizer.json to put in the bundle."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizer.json, or the folder holding one, to put in the bundle (its tokenizer_config.json and special_tokens_map.json go with it, made from tokenizer.json when absent)."),
     external_data: Optional[bool] = typer.Option(None, "--external-data/--inline-data",
                                                  help="Weights in <model>.data beside the model (default: over 2 GB)."),
     target_ort: Optional[str] = typer.Option(
-        None, "--target-ort", help="onnxruntime version the model must load in (default: the local one)."
+        None, "--target-ort", help="onnxruntime version the model must load in (default: 1.20, the oldest supported)."
     ),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ) -> None:
@@ -104,8 +104,10 @@ def export(
     kind = "trained" if weights else "random"
     typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, {model.precision}, "
                f"opset {t.opset}, IR {t.ir_version})")
+    made = set(getattr(files, "generated", ()))
     for path, sha in files.items():
-        typer.echo(f"  {path}  sha256 {sha[:16]}…")
+        note = "  (made from tokenizer.json: none was beside it)" if path in made else ""
+        typer.echo(f"  {path}  sha256 {sha[:16]}…{note}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,17 +280,11 @@ def report(
     dest: Optional[Path] = typer.Option(None, "--out", help="Where to write it (default: OUT/report)."),
 ) -> None:
     """Draw a search's report: PNG slices of the frontier and one self-contained HTML page."""
-    from ltsedge.report import REPORT_DIR, write_report
+    from ltsedge.report import write_report
 
     both = not html and not png
-    if dest is None:  # into the search's own directory: only where ltsedge may write (its manifest)
-        from ltsedge.search.outdir import OutputDir
-
-        with OutputDir(out) as outdir:
-            files = write_report(out, html=html or both, png=png or both,
-                                 open_path=lambda name: outdir.path(f"{REPORT_DIR}/{name}"))
-    else:
-        files = write_report(out, dest, html=html or both, png=png or both)
+    # Without --out, into OUT/report/, under OUT's manifest rules (write_report opens it so).
+    files = write_report(out, dest, html=html or both, png=png or both)
     for path in files:
         typer.echo(str(path))
 

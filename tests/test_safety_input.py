@@ -226,3 +226,10 @@ def test_a_directory_given_as_a_model_says_so(tmp_path):
     (tmp_path / "models").mkdir()
     one_line_exit_2(run("check", "models", "--max-latency-ms", 5, cwd=tmp_path), "models is a directory")
     one_line_exit_2(run("profile", "models", "--store", tmp_path / "s.sqlite", cwd=tmp_path), "models is a directory")
+
+
+def test_the_python_api_checks_a_scheduler_address_as_the_cli_does():
+    from ltsedge.runners import runner_factory
+
+    with pytest.raises(LtsedgeError, match="'notaurl' is not a Dask scheduler address"):
+        runner_factory("notaurl")

@@ -223,3 +223,12 @@ def test_a_crafted_manifest_is_still_refused_when_reporting(tmp_path):
     with pytest.raises(LtsedgeError, match="a path outside"):
         write_report(out)
     assert not (out / "report").exists()
+
+
+def test_the_report_command_of_a_typo_or_a_copied_folder(tmp_path):
+    one_line_exit_2(run("report", tmp_path / "typo-dir"), "not found")
+    assert not (tmp_path / "typo-dir").exists()
+    out = search_folder(tmp_path / "copy")  # no manifest: as copied by hand
+    proc = run("report", out, "--html")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report" / "index.html").is_file()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import read_text
+from ltsedge.files import read_json, read_text
 from ltsedge.validate import is_int, is_number
 
 # The latency figures a report may plot, and their labels; each is drawn where the data has it.
@@ -102,13 +102,7 @@ def load(out_dir: str | Path) -> SearchData:
 
 
 def _json(path: Path, what: str) -> dict:
-    text = read_text(path, what)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LtsedgeError(f"{what} {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
-    except RecursionError:
-        raise LtsedgeError(f"{what} {path}: malformed JSON: nested too deeply") from None
+    data = read_json(path, what)
     if not isinstance(data, dict):
         raise LtsedgeError(f"{what} {path}: expected a JSON object")
     return data

@@ -21,8 +21,9 @@ def runner_factory(scheduler: str | None = None, machine: str | None = None):
     import functools
 
     from ltsedge.runners.remote import RemoteRunner
+    from ltsedge.validate import scheduler_address
 
-    return functools.partial(RemoteRunner, scheduler=scheduler, machine=machine)
+    return functools.partial(RemoteRunner, scheduler=scheduler_address(scheduler), machine=machine)
 
 
 __all__ = ["Measurement", "Runner", "make_inputs", "measure", "runner_factory"]
