@@ -27,6 +27,7 @@ from ltsedge.keys import (
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
+from ltsedge.runners.measurement import complete
 from ltsedge.store import MeasurementStore
 
 
@@ -72,6 +73,8 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         fingerprint = runner.fingerprint()
         store_key = measurement_key(key, fingerprint, profile, shapes, variant)
         measurement = None if fresh else store.get(*store_key)
+        if measurement is not None and measurement.get("ok") and not complete(measurement):
+            measurement = None  # a search's raced-out or coarse figure: profile times every workload in full
         cached = measurement is not None
         if measurement is None:
             onnx_path = path

@@ -180,3 +180,27 @@ def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tm
     # batches inside the worker, not one round trip each.
     assert r["workloads"]["decode"]["runs_per_sample"] > 1
     assert r["peak_memory_mb"] > r["kv_cache_mb"]
+
+
+@pytest.mark.parametrize("partial", [{"stopped_early": True}, {"coarse": True}])
+def test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile(tmp_path, arch_file, device, partial):
+    """A search stores what it measured under the same key; profile answers only a complete figure."""
+    from ltsedge.store import MeasurementStore
+
+    store = tmp_path / "s.sqlite"
+    device.write_text(FAST_DEVICE.replace("sequence = 16", "sequence = 16\ncontext = 16"))  # within n_positions
+    first = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    assert first["cached"] is False
+    with MeasurementStore(store) as s:
+        (row,) = s.rows()
+        measurement = row["measurement"]
+        if "coarse" in partial:  # as a decode search times the prompt's prefill
+            measurement["workloads"]["prefill"]["coarse"] = True
+        else:
+            measurement.update(partial)
+        key = (row["model_key"], row["fingerprint_hash"], row["settings_hash"], row["ort_version"])
+        s.put(*key, measurement, fingerprint=row["fingerprint"], settings=row["settings"])
+    again = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    assert again["cached"] is False and not again.get("stopped_early")
+    third = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    assert third["cached"] is True  # the complete figure it measured is served again
