@@ -3,8 +3,8 @@
 A measurement is keyed by (model key, machine fingerprint hash, measurement settings hash,
 onnxruntime version). The model key is either the content of a file (``sha256:<hex>``) or an
 exported architecture (``arch:<id>:<setting>=<value>...``) with every setting that decides the
-exported bytes: the backbone's graph version, opset, IR version, how the random weights were made
-and the export variant.
+exported bytes: the backbone's graph version, opset, IR version, how the random weights were made,
+the export variant and, where it changes the graph, the generate variant's KV-cache layout.
 """
 
 from __future__ import annotations
@@ -23,17 +23,26 @@ DEFAULT_PRECISION = "fp32"  # the same for precisions (ltsedge.exporters.quantiz
 
 
 def candidate_model_key(arch, target, variant: str = DEFAULT_VARIANT, precision: str = DEFAULT_PRECISION,
-                        quantization=None) -> str:
+                        quantization=None, cache_layout: str | None = None) -> str:
     """Store key of an exported candidate: its id and everything that decides the exported bytes.
 
     A quantized candidate's key names its precision (an int8 figure never answers for fp32) and any
-    quantization options (``exporters.quantize.QuantOptions``) other than the defaults."""
+    quantization options (``exporters.quantize.QuantOptions``) other than the defaults. A generate
+    variant's key names its KV-cache layout (``cache_layout``, None: the default) where that layout
+    gives another graph than the per-layer one, which every key without it has always meant."""
     from ltsedge.backbones import get_backbone
 
-    settings: dict[str, Any] = {"graph": get_backbone(arch.backbone).graph_version, "opset": target.opset,
+    backbone = get_backbone(arch.backbone)
+    settings: dict[str, Any] = {"graph": backbone.graph_version, "opset": target.opset,
                                 "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
     if variant != DEFAULT_VARIANT:
         settings["variant"] = variant
+    if variant == "generate" and backbone.kv_cache:
+        from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, check_cache_layout, layout_changes_graph
+
+        layout = check_cache_layout(cache_layout or DEFAULT_CACHE_LAYOUT)
+        if layout_changes_graph(arch, layout):
+            settings["cache"] = layout
     if precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
         settings["precision"] = precision
         options = quantization.key(precision) if quantization is not None else None

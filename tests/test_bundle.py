@@ -159,7 +159,7 @@ def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
     gpt2 = hf_config(HETEROGENEOUS)
     assert (gpt2["model_type"], gpt2["architectures"]) == ("gpt2", ["GPT2LMHeadModel"])
     assert {k: gpt2[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")} == {
-        "n_embd": 64, "n_layer": 3, "n_head": 2, "n_inner": 128, "n_positions": 96, "vocab_size": 300}
+        "n_embd": 64, "n_layer": 3, "n_head": 8, "n_inner": 128, "n_positions": 96, "vocab_size": 300}
     assert gpt2["ltsedge"]["n_head_per_layer"] == [2, 8, 4] and gpt2["ltsedge"]["d_inner_per_layer"] == [128, 256, 96]
     opt = hf_config(tiny_arch(backbone="opt", n_head=[4, 4]))
     assert (opt["model_type"], opt["architectures"]) == ("opt", ["OPTForCausalLM"])

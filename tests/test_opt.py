@@ -228,7 +228,7 @@ def test_an_ffn_only_layer_has_no_attention_nodes_and_no_cache():
         weights = {t.name for t in proto.graph.initializer}
         assert not any(w.startswith(("decoder.layers.0.self_attn", "decoder.layers.2.self_attn")) for w in weights)
         assert {"decoder.layers.0.fc1.weight", "decoder.layers.3.self_attn.q_proj.weight"} <= weights
-    spec = OPT.export_spec(arch, "generate")
+    spec = OPT.export_spec(arch, "generate", cache_layout="per-layer")
     past = {t.name: t.dims for t in spec.input("past")}
     assert list(past) == [f"past_key_values.{k}.{kind}" for k in (0, 1) for kind in ("key", "value")]
     assert past["past_key_values.0.key"] == ("batch", 1, "past_sequence", 32)  # cache 0 = layer 1

@@ -72,3 +72,48 @@ def test_exported_graph_and_store_key_are_pinned(name, target):
     digest, key = PINS[name, target]
     assert graph_digest(export_model(arch, target_ort=target).to_bytes()) == digest
     assert candidate_model_key(arch, target_for(target)) == key
+
+
+# The generate variant, pinned when the KV-cache layout became an export option (backbones.kv_cache):
+# a model whose attention layers all have the same heads exports the very graph it did before, in either
+# layout, under the key it had; a model with per-layer heads does in the per-layer layout.
+GENERATE_ARCHS = {
+    "gpt2-equal": Architecture(n_layer=2, d_model=64, n_head=(4, 4), d_inner=(128, 96), vocab_size=300,
+                               n_positions=64),
+    "opt-equal": Architecture(backbone="opt", n_layer=2, d_model=64, n_head=(4, 4), d_inner=(128, 96),
+                              vocab_size=300, n_positions=64),
+    # PAR: the FFN-only layer 0 has no cache, so its 8 heads never meet a cache of 2
+    "par-equal": Architecture(n_layer=3, d_model=64, n_head=(8, 2, 2), d_inner=(128, 96, 64), vocab_size=300,
+                              n_positions=64, block_types=("ffn", "attn", "attn_ffn")),
+    "gpt2-per-layer": Architecture(n_layer=3, d_model=64, n_head=(2, 8, 4), d_inner=(128, 256, 96), vocab_size=300,
+                                   n_positions=64),
+}
+GENERATE_PINS = {
+    ("gpt2-equal", "1.16"): ("534aadf7d9f2a8cbde5c51034f6e04a5037b0618b2ef199a7973198319f02802",
+                             "arch:gpt2-L2-d64-9797b70641:graph=1:ir=9:opset=19:variant=generate:weights=shared-v1"),
+    ("gpt2-equal", "1.20"): ("bc6cfc438a6fbc2f0ebedfda2ef97c104ab06454f8a2433f2afd96876f3c9e91",
+                             "arch:gpt2-L2-d64-9797b70641:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"),
+    ("opt-equal", "1.16"): ("4e6d86ed39cb118a4ed52e64a8832a1335b4dbf5b6852615cabacab2283ef932",
+                            "arch:opt-L2-d64-ba94ed5d8b:graph=1:ir=9:opset=19:variant=generate:weights=shared-v1"),
+    ("opt-equal", "1.20"): ("7f782852b72bb838c36bfd0e9280efc734606cc69dd32c0ed1158f570fb70c68",
+                            "arch:opt-L2-d64-ba94ed5d8b:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"),
+    ("par-equal", "1.16"): ("adbcb88130931e567bb8aa5874d25877b5c87505134c3dfdc25484e03133c3ac",
+                            "arch:gpt2-L3-d64-470dd3d204:graph=1:ir=9:opset=19:variant=generate:weights=shared-v1"),
+    ("par-equal", "1.20"): ("6f381c22ea433a6b21ee13a51cb0d2f4ebb4aabb54b7d76a8d55047ac9b8646f",
+                            "arch:gpt2-L3-d64-470dd3d204:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"),
+    ("gpt2-per-layer", "1.16"): ("5a5ebf9316965056b4fe64cf28d72d85a2c666d6eea72ba8a629d5220becdff9",
+                                 "arch:gpt2-L3-d64-beaaafee17:graph=1:ir=9:opset=19:variant=generate:weights=shared-v1"),
+    ("gpt2-per-layer", "1.20"): ("2d54ebed5c2ae0d8030ce6161ed5f0b21664154567353aeffd6027b3a7ce24a6",
+                                 "arch:gpt2-L3-d64-beaaafee17:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"),
+}
+
+
+@pytest.mark.parametrize("name,target", sorted(GENERATE_PINS), ids=lambda v: str(v))
+def test_generate_graph_and_key_are_pinned_where_the_cache_layout_changes_nothing(name, target):
+    arch = GENERATE_ARCHS[name]
+    digest, key = GENERATE_PINS[name, target]
+    layouts = ["per-layer"] if name == "gpt2-per-layer" else [None, "per-layer", "uniform"]  # None: the default
+    for layout in layouts:
+        exported = export_model(arch, target_ort=target, variant="generate", cache_layout=layout)
+        assert graph_digest(exported.to_bytes()) == digest
+        assert candidate_model_key(arch, target_for(target), "generate", cache_layout=layout) == key

@@ -24,8 +24,8 @@ from transformers import AutoConfig  # noqa: E402 - Optimum's dependency: only o
 
 PROMPT = [5, 17, 99, 3]
 STEPS = 12
-# Equal heads in every layer (Optimum sizes every layer's cache from the config's one head count);
-# the FFN widths may differ, Optimum never reads them.
+# Equal heads in every layer (the per-layer heads of tests/test_cache_layout.py reach Optimum through the
+# uniform cache layout); the FFN widths may differ, Optimum never reads them.
 ARCHS = {
     "gpt2": Architecture(backbone="gpt2", n_layer=2, d_model=64, n_head=[4, 4], d_inner=[128, 96], vocab_size=300,
                          n_positions=64),

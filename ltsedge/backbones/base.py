@@ -59,6 +59,9 @@ class Backbone:
     supports_adaptive: bool = True  # adaptive input embeddings / softmax (d_embed, div_val)
     learned_positions: bool = True  # a position table of n_positions rows bounds past + sequence
     genai_compatible: bool = True  # its generate variant is a KV-cache decoder onnxruntime-genai can run
+    # Its generate variant feeds back a KV cache, exported in one of ``kv_cache.CACHE_LAYOUTS`` (the
+    # ``cache_layout`` option of ``export_spec`` / ``build_graph``); False: no cache whose layout is chosen.
+    kv_cache: bool = False
     # Names a trained checkpoint may carry for a tensor tied to another (alias -> the reference's name):
     # accepted by --weights when equal to it.
     tied_aliases: dict[str, str] = {}
@@ -94,13 +97,15 @@ class Backbone:
                                f"(variants: {', '.join(self.variants)})")
 
     def export_spec(self, arch: Architecture, variant: str) -> ExportSpec:
+        """The declared inputs and outputs; a ``kv_cache`` backbone also takes ``cache_layout=``."""
         raise NotImplementedError
 
     def build_graph(self, arch: Architecture, weights: Mapping[str, np.ndarray], opset: int, variant: str,
                     **options) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
         """The graph (declaring ``export_spec(arch, variant)``) and the weights it reads, by initializer name.
 
-        ``options``: ``gemm=False`` (given only for a quantized export) asks for linear layers as MatMul + Add."""
+        ``options``: ``gemm=False`` (given only for a quantized export) asks for linear layers as MatMul + Add;
+        ``cache_layout`` (given only to a ``kv_cache`` backbone) the generate variant's cache layout."""
         raise NotImplementedError
 
     # --- the search ------------------------------------------------------------------------------
@@ -149,20 +154,21 @@ class PackageBackbone(Backbone):
         with torch.device("meta"):
             return getattr(self._module("model"), self.model_class)(arch)
 
-    def export_spec(self, arch: Architecture, variant: str) -> ExportSpec:
+    def export_spec(self, arch: Architecture, variant: str, cache_layout: str | None = None) -> ExportSpec:
+        """``cache_layout``: the KV cache's (``kv_cache.CACHE_LAYOUTS``; None: the default)."""
         self.check_variant(variant)
-        return self.generate_spec(arch) if variant == "generate" else forward_spec(arch)
+        return self.generate_spec(arch, cache_layout) if variant == "generate" else forward_spec(arch)
 
-    def generate_spec(self, arch: Architecture) -> ExportSpec:
+    def generate_spec(self, arch: Architecture, cache_layout: str | None = None) -> ExportSpec:
         """The generate variant's inputs and outputs (a KV cache for most backbones)."""
-        from ltsedge.backbones.kv_cache import generate_spec
+        from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, generate_spec
 
-        return generate_spec(arch)
+        return generate_spec(arch, cache_layout or DEFAULT_CACHE_LAYOUT)
 
-    def build_graph(self, arch, weights, opset: int, variant: str, **options):
+    def build_graph(self, arch, weights, opset: int, variant: str, cache_layout: str | None = None, **options):
         graph = self._module("graph")
         build = graph.build_generate_graph if variant == "generate" else graph.build_graph
-        return build(arch, weights, opset, self.export_spec(arch, variant), **options)
+        return build(arch, weights, opset, self.export_spec(arch, variant, cache_layout), **options)
 
 
 def forward_spec(arch: Architecture) -> ExportSpec:

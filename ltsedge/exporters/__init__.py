@@ -19,6 +19,7 @@ from onnx import helper
 import ltsedge
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
+from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, check_cache_layout, declared_cache_layout
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.quantize import DEFAULT_PRECISION, QuantOptions, check_precision, quantize_model
 from ltsedge.extras import require
@@ -54,6 +55,12 @@ class ExportedModel:
     def parts(self) -> list:
         """The single file's bytes in pieces (the weights inline)."""
         return serialized_parts(self.proto, self.weights)[0]
+
+    @property
+    def cache_layout(self) -> str | None:
+        """The layout of its KV cache (``backbones.kv_cache.CACHE_LAYOUTS``), read from its declared inputs;
+        None without one (the forward variant, a recurrence memory)."""
+        return cache_layout_of(self.arch, self.spec)
 
     def needs_external_data(self) -> bool:
         return self.nbytes > PROTOBUF_LIMIT
@@ -116,7 +123,7 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
                  shared_weights: bool = True, variant: str = DEFAULT_VARIANT, weights=None,
                  weights_source: str = "weights", precision: str = DEFAULT_PRECISION,
                  quantization: QuantOptions | None = None,
-                 execution_provider: str = "CPUExecutionProvider") -> ExportedModel:
+                 execution_provider: str = "CPUExecutionProvider", cache_layout: str | None = None) -> ExportedModel:
     """The reference PyTorch model as an ONNX model (nothing written yet), stamped with the opset and IR
     version ``target_ort`` loads (default: the oldest onnxruntime ltsedge supports, ``ortcompat.OLDEST_ORT``).
 
@@ -128,9 +135,13 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     ``precision`` other than fp32 quantizes the model with onnxruntime's tools (``exporters.quantize``,
     options in ``quantization``); one the target runtime or ``execution_provider`` cannot run is refused
     before anything is built.
+
+    ``cache_layout``: how a KV-cache generate variant stores its cache (``backbones.kv_cache``: per-layer
+    heads, or uniform ones every runtime can feed; None: the default); nothing to lay out elsewhere.
     """
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
+    layout = cache_layout_option(backbone, variant, cache_layout)
     target = target_for(target_ort)
     check_precision(precision, target.runtime, execution_provider)
     require("torch", "exporting an architecture (its PyTorch reference model is built)")
@@ -142,10 +153,10 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     else:
         model = backbone.build_model(arch, weight_seed(arch) if seed is None else seed, shared_weights=shared_weights)
         arrays = {name: t.detach().numpy() for name, t in model.state_dict().items()}
-    spec = backbone.export_spec(arch, variant)
+    spec = backbone.export_spec(arch, variant, **layout)
     # onnxruntime's quantizers rewrite MatMul, not Gemm; fp32 keeps its Gemm graph (and its pinned bytes).
     quantized = precision in ("int8", "int4")
-    graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant,
+    graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant, **layout,
                                                **({"gemm": False} if quantized else {}))
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
                               producer_version=ltsedge.__version__)
@@ -153,6 +164,23 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
     add_metadata(proto, arch, target, spec, trained=weights is not None)
     exported = ExportedModel(arch, target, spec, proto, list(initializers.items()))
     return exported if precision == DEFAULT_PRECISION else quantize_model(exported, precision, quantization)
+
+
+def cache_layout_option(backbone, variant: str, cache_layout: str | None) -> dict[str, str]:
+    """The ``cache_layout`` option a backbone's spec and graph take: only a KV-cache generate variant has one
+    (other backbones' signatures stay as they are). An unknown layout is an error wherever it is given."""
+    if cache_layout is not None:
+        check_cache_layout(cache_layout)
+    if not (backbone.kv_cache and variant == "generate"):
+        return {}
+    return {"cache_layout": cache_layout or DEFAULT_CACHE_LAYOUT}
+
+
+def cache_layout_of(arch: Architecture, spec: ExportSpec) -> str | None:
+    """The KV-cache layout ``spec`` declares; None where it has no KV cache."""
+    if spec.variant != "generate" or not get_backbone(arch.backbone).kv_cache:
+        return None
+    return declared_cache_layout(arch, spec)
 
 
 def check_fits_in_memory(arch: Architecture) -> None:

@@ -53,7 +53,7 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
     read = _tokenizer_files(tokenizer, directory, arch)
     tokenizer_files, tokenizer_data = read.files, read.data
     external = exported.needs_external_data() if external_data is None else external_data
-    documents = {"config.json": hf_config(arch, tokenizer_data),
+    documents = {"config.json": hf_config(arch, tokenizer_data, cache_layout=exported.cache_layout),
                  "generation_config.json": hf_generation_config(arch, tokenizer_data)}
     documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
     if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
@@ -232,10 +232,11 @@ def _check_added_tokens(data: dict, path: Path) -> None:
 
 def export_to_path(arch, output: str | Path, *, variant: str = "forward", weights: str | Path | None = None,
                    tokenizer: str | Path | None = None, target_ort: str | None = None,
-                   external_data: bool | None = None, precision: str = "fp32"):
+                   external_data: bool | None = None, precision: str = "fp32", cache_layout: str | None = None):
     """What ``ltsedge export`` does: the forward variant as one file (``output``), the generate variant
     as a bundle directory (``output/``); random weights, or the trained ones of a weights file; at
-    ``precision`` (fp32, or quantized by onnxruntime's tools). Returns (the ExportedModel, file path -> sha256;
+    ``precision`` (fp32, or quantized by onnxruntime's tools); a KV-cache bundle's ``cache_layout``
+    (None: uniform, kv_cache.DEFAULT_CACHE_LAYOUT). Returns (the ExportedModel, file path -> sha256;
     a bundle's ``generated`` names the tokenizer companions made from tokenizer.json)."""
     from ltsedge.exporters import export_model
     from ltsedge.exporters.weights import load_state_dict
@@ -251,7 +252,7 @@ def export_to_path(arch, output: str | Path, *, variant: str = "forward", weight
         _tokenizer_files(tokenizer, output, arch)
     state = load_state_dict(weights) if weights is not None else None
     exported = export_model(arch, target_ort=target_ort, variant=variant, weights=state,
-                            weights_source=f"weights file {weights}", precision=precision)
+                            weights_source=f"weights file {weights}", precision=precision, cache_layout=cache_layout)
     if variant == "generate":
         files = write_bundle(exported, output, tokenizer=tokenizer, external_data=external_data)
         paths = BundleFiles({str(output / name): sha for name, sha in files.items()})

@@ -7,19 +7,23 @@ name templates below. Its config has one ``num_key_value_heads`` and ``head_size
 which ltsedge's heterogeneous models do not have: with ``past_present_share_buffer`` off, genai
 starts from an empty cache and feeds each ``present`` back as ``past`` with the shapes the model
 gives it, so every layer keeps its own heads (tested: a model of 2, 8 and 4 heads per layer
-generates the reference's tokens and logits). The config's head fields hold layer 0's values;
-``config.json`` carries every layer's.
+generates the reference's tokens and logits). The config's head fields hold the heads the first cache
+is stored in: H, every cache's, under the uniform layout (``backbones.kv_cache``), that layer's own under
+the per-layer one; ``config.json`` carries every layer's.
 
 ``config.json`` is the Hugging Face family's own (``model_type`` ``gpt2`` or ``opt``, transformers'
 field names) where that reading is true (``hf_family``), so Optimum's ``ORTModelForCausalLM`` loads the
-bundle unchanged (tests/test_runtimes.py); it sizes every layer's cache from the one head count, so it
-generates only from models with equal heads in every layer.
+bundle unchanged (tests/test_runtimes.py). It sizes every layer's empty cache from the one head count:
+with the uniform cache layout (the default) that is every layer's, whatever the layers' own heads; with
+the per-layer layout only models with equal heads in every layer generate there.
 """
 
 from __future__ import annotations
 
 import ltsedge
-from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
+from ltsedge.backbones import get_backbone
+from ltsedge.backbones.kv_cache import (DEFAULT_CACHE_LAYOUT, PAST, PRESENT, cache_heads, cache_heads_of,
+                                        cache_layers, check_cache_layout)
 
 GENAI_MODEL_TYPE = "decoder"
 LAYER_NORM_EPS = 1e-5  # both families' (ltsedge.backbones.gpt2.model, opt.model; not imported: they need torch)
@@ -48,7 +52,8 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
     tokens = special_token_ids(arch, tokenizer)
     context = arch.n_positions
     # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
-    layers = cache_layers(arch) or (0,)
+    # One head count for all in genai's schema: the first cache's as declared (H, every cache's, if uniform).
+    heads = cache_heads_of(spec, 0) if cache_layers(arch) else arch.n_head[0]
     return {
         "model": {
             **tokens,
@@ -60,10 +65,9 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "hidden_size": arch.d_model,
                 "num_hidden_layers": len(cache_layers(arch)),
-                # One value for all layers in genai's schema: the first cache's (each layer's are in the graph).
-                "num_attention_heads": arch.n_head[layers[0]],
-                "num_key_value_heads": arch.n_head[layers[0]],
-                "head_size": arch.d_head[layers[0]],
+                "num_attention_heads": heads,
+                "num_key_value_heads": heads,
+                "head_size": arch.d_model // heads,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
                            "position_ids": "position_ids",
                            "past_key_names": PAST.format(i="%d", kind="key"),
@@ -97,13 +101,20 @@ def hf_family(arch) -> str | None:
     return arch.backbone
 
 
-def hf_config(arch, tokenizer: dict | None = None) -> dict:
+def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = None) -> dict:
     """A Hugging Face config: the family's ``model_type`` and field names where its reading is true
     (``hf_family``), ltsedge's own type with GPT-2's names otherwise; every layer's heads, head size,
-    FFN width and block type under ``ltsedge`` (the standard fields hold layer 0's: one value for all
-    layers, as runtimes that size the cache from them need, e.g. Optimum)."""
+    FFN width and block type under ``ltsedge``, and a KV-cache backbone's cache layout (``cache_layout``,
+    None: the default) with the heads its first cache is stored in (``cache_heads``: H, every cache's, in
+    the uniform layout). The standard head field holds those (one value for all layers, as runtimes that
+    size the cache from it need, e.g. Optimum); the FFN width is layer 0's."""
     family = hf_family(arch)
-    fields = _opt_fields(arch) if family == "opt" else _gpt2_fields(arch)
+    cache, heads = {}, arch.n_head[0]
+    if get_backbone(arch.backbone).kv_cache:
+        layout = check_cache_layout(cache_layout or DEFAULT_CACHE_LAYOUT)
+        heads = cache_heads(arch, layout)[0] if cache_layers(arch) else heads  # the first cache's: H if uniform
+        cache = {"cache_layout": layout, "cache_heads": heads, "cache_head_dim": arch.d_model // heads}
+    fields = _opt_fields(arch, heads) if family == "opt" else _gpt2_fields(arch, heads)
     return {
         "model_type": family or f"ltsedge-{arch.backbone}",
         "architectures": [HF_FAMILIES[family] if family else f"ltsedge.backbones.{arch.backbone}"],
@@ -115,22 +126,22 @@ def hf_config(arch, tokenizer: dict | None = None) -> dict:
         "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
                     "n_head_per_layer": list(arch.n_head), "head_dim_per_layer": list(arch.d_head),
                     "d_inner_per_layer": list(arch.d_inner),
-                    "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)]},
+                    "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)], **cache},
     }
 
 
-def _gpt2_fields(arch) -> dict:
+def _gpt2_fields(arch, heads: int) -> dict:
     """transformers' GPT2Config names (ltsedge's GPT-2 uses the exact, erf GELU: "gelu")."""
     return {"n_positions": arch.n_positions, "n_embd": arch.d_model, "n_layer": arch.n_layer,
-            "n_head": arch.n_head[0], "n_inner": arch.d_inner[0], "activation_function": "gelu",
+            "n_head": heads, "n_inner": arch.d_inner[0], "activation_function": "gelu",
             "layer_norm_epsilon": LAYER_NORM_EPS}
 
 
-def _opt_fields(arch) -> dict:
+def _opt_fields(arch, heads: int) -> dict:
     """transformers' OPTConfig names: pre-LayerNorm, ReLU, biases, embeddings of d_model (no projection);
     OPT's max_position_embeddings counts positions, its table adds the offset of 2 rows, as ltsedge's does."""
     return {"hidden_size": arch.d_model, "num_hidden_layers": arch.n_layer,
-            "num_attention_heads": arch.n_head[0], "ffn_dim": arch.d_inner[0],
+            "num_attention_heads": heads, "ffn_dim": arch.d_inner[0],
             "max_position_embeddings": arch.n_positions, "word_embed_proj_dim": arch.d_model,
             "do_layer_norm_before": True, "_remove_final_layer_norm": False, "activation_function": "relu",
             "enable_bias": True, "layer_norm_elementwise_affine": True,

@@ -16,6 +16,7 @@ class GPT2Backbone(PackageBackbone):
     description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
     variants = ("forward", "generate")
     model_class = "GPT2"
+    kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True  # PAR layers: FFN-only (no attention, no cache) or attention-only
 
     def baseline(self) -> BaselineSpec:

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 from ltsedge.backbones.adaptive.graph import adaptive_embed, adaptive_logits
 from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS, MASKED_SCORE
-from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
+from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_heads_of, cache_layers, cached_scores, cached_weighted
 from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
@@ -106,8 +106,9 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
     padding); per attention layer ``past_key_values.{k}.key/.value`` [batch, heads, past, head_dim] ->
     ``logits`` and ``present.{k}.key/.value`` [batch, heads, past + sequence, head_dim], k counting the
-    layers with attention (``kv_cache.cache_layers``). Prefill is the same graph with a past of length 0.
-    Mirrors ``GPT2.forward_with_cache``. An all-FFN model has no cache and reads no ``attention_mask``.
+    layers with attention (``kv_cache.cache_layers``), in the heads ``spec`` declares (the cache layout).
+    Prefill is the same graph with a past of length 0. Mirrors ``GPT2.forward_with_cache``. An all-FFN
+    model has no cache and reads no ``attention_mask``.
     """
     g = GraphBuilder(weights, opset, gemm)
     d = arch.d_model
@@ -133,7 +134,8 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
 
     for i, n_head in enumerate(arch.n_head):
         if arch.has_attention(i):
-            x = _cached_attention(g, d, n_head, f"h.{i}", caches.index(i), x, ids_shape, allowed)
+            cache = caches.index(i)
+            x = _cached_attention(g, d, n_head, f"h.{i}", cache, cache_heads_of(spec, cache), x, ids_shape, allowed)
         if arch.has_ffn(i):
             x = _ffn(g, f"h.{i}", x)
     x = g.layer_norm(x, "ln_f", LAYER_NORM_EPS)
@@ -144,20 +146,23 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     return graph, g.large
 
 
-def _cached_attention(g: GraphBuilder, d: int, n_head: int, prefix: str, cache: int, x: str, ids_shape: str,
-                      allowed: str) -> str:
-    """``x + attn(ln_1(x))`` for the new tokens, after cache number ``cache``, which it extends."""
+def _cached_attention(g: GraphBuilder, d: int, n_head: int, prefix: str, cache: int, stored: int, x: str,
+                      ids_shape: str, allowed: str) -> str:
+    """``x + attn(ln_1(x))`` for the new tokens, after cache number ``cache``, which it extends. The cache
+    is stored in ``stored`` heads (``kv_cache``'s layouts), read in the layer's ``n_head``."""
     d_head = d // n_head
     a = g.layer_norm(x, f"{prefix}.ln_1", LAYER_NORM_EPS)
     q, k, v = g.op("Split", g.linear(a, f"{prefix}.attn.c_attn"), g.const([d, d, d]), axis=1, n_out=3)
     heads_shape = g.op("Concat", ids_shape, g.const([n_head, d_head]), axis=0)  # [B, T, h, dh]
-    q, k, v = (g.op("Transpose", g.op("Reshape", t, heads_shape), perm=[0, 2, 1, 3]) for t in (q, k, v))
-    g.op("Concat", PAST.format(i=cache, kind="key"), k, axis=2)  # [B, h, P + T, dh]
+    cache_shape = heads_shape if stored == n_head else g.op("Concat", ids_shape, g.const([stored, d // stored]), axis=0)
+    q, k, v = (g.op("Transpose", g.op("Reshape", t, shape), perm=[0, 2, 1, 3])
+               for t, shape in ((q, heads_shape), (k, cache_shape), (v, cache_shape)))
+    g.op("Concat", PAST.format(i=cache, kind="key"), k, axis=2)  # [B, stored, P + T, d/stored]
     k = g.rename_last(PRESENT.format(i=cache, kind="key"))
     g.op("Concat", PAST.format(i=cache, kind="value"), v, axis=2)
     v = g.rename_last(PRESENT.format(i=cache, kind="value"))
-    scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])),
-                  g.const(1 / math.sqrt(d_head), np.float32))
+    scores = g.op("Mul", cached_scores(g, q, k, stored, n_head, d), g.const(1 / math.sqrt(d_head), np.float32))
     scores = g.op("Where", allowed, scores, g.const(MASKED_SCORE, np.float32))  # finite: no NaN for padding
-    y = g.op("Transpose", g.op("MatMul", g.op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
+    y = cached_weighted(g, g.op("Softmax", scores, axis=-1), v, stored, n_head, d)  # [B, h, T, dh]
+    y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, h, dh]
     return g.op("Add", x, g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.attn.c_proj"))

@@ -19,6 +19,7 @@ class OPTBackbone(PackageBackbone):
     description = "OPT: pre-LayerNorm blocks, ReLU FFN, learned positions with OPT's offset, tied output"
     variants = ("forward", "generate")
     model_class = "OPT"
+    kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True
     supports_adaptive = False  # plain embeddings (d_embed = d_model): presets drop their adaptive choices
     # Hugging Face's OPTForCausalLM state_dict carries the tied output layer under its own name.

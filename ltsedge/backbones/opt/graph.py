@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers
+from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_heads_of, cache_layers, cached_scores, cached_weighted
 from ltsedge.backbones.opt.model import LAYER_NORM_EPS, MASKED_SCORE
 from ltsedge.backbones.opt.params import POSITION_OFFSET
 from ltsedge.iospec import ExportSpec
@@ -41,7 +41,8 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
 
     ``input_ids``, ``position_ids`` [batch, sequence] (0-based, as runtimes feed them: the graph adds
     OPT's offset); ``attention_mask`` [batch, past + sequence] (0 at padding); per attention layer k
-    (``kv_cache.cache_layers``) ``past_key_values.{k}.key/.value`` -> ``logits`` and ``present.{k}.*``.
+    (``kv_cache.cache_layers``) ``past_key_values.{k}.key/.value`` -> ``logits`` and ``present.{k}.*``, in the
+    heads ``spec`` declares them (the cache layout).
     Prefill is the same graph with a past of length 0. Mirrors ``OPT.forward_with_cache``.
     """
     g = GraphBuilder(weights, opset, gemm)
@@ -54,7 +55,7 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
         past_len = g.op("Gather", g.op("Shape", PAST.format(i=0, kind="key")), g.const(2), axis=0)
         not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
         allowed = g.op("And", _allowed(g, past_len, seq_len), not_padding)  # [B, 1, T, P + T]
-    caches = {layer: k for k, layer in enumerate(cache_layers(arch))}
+    caches = {layer: (k, cache_heads_of(spec, k)) for k, layer in enumerate(cache_layers(arch))}
     return _finish(g, arch, spec, x, ids_shape, allowed, caches, name=f"ltsedge_{arch.backbone}_generate")
 
 
@@ -71,7 +72,7 @@ def _allowed(g: GraphBuilder, past_len: str, seq_len: str) -> str:
 
 
 def _finish(g: GraphBuilder, arch, spec: ExportSpec, x: str, ids_shape: str, allowed: str | None,
-            caches: dict[int, int] | None, name: str) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+            caches: dict[int, tuple[int, int]] | None, name: str) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The layers, the final LayerNorm and the tied output layer; the graph declaring ``spec``."""
     for i in range(arch.n_layer):
         prefix = f"decoder.layers.{i}"
@@ -90,27 +91,35 @@ def _finish(g: GraphBuilder, arch, spec: ExportSpec, x: str, ids_shape: str, all
     return graph, g.large
 
 
-def _attention(g: GraphBuilder, arch, i: int, x: str, ids_shape: str, allowed: str, cache: int | None) -> str:
-    """Self-attention of layer ``i`` on ``x [B*T, d]``; with a cache index, its past is prepended and
-    the keys and values of all tokens are the ``present`` outputs."""
+def _attention(g: GraphBuilder, arch, i: int, x: str, ids_shape: str, allowed: str,
+               cache: tuple[int, int] | None) -> str:
+    """Self-attention of layer ``i`` on ``x [B*T, d]``; with a cache (its number and the heads it is stored
+    in, ``kv_cache``'s layouts), its past is prepended, the keys and values of all tokens are the
+    ``present`` outputs, read in the layer's heads by the attention."""
     d, n_head, d_head = arch.d_model, arch.n_head[i], arch.d_head[i]
     prefix = f"decoder.layers.{i}.self_attn"
     heads_shape = g.op("Concat", ids_shape, g.const([n_head, d_head]), axis=0)  # [B, T, h, dh]
+    stored = n_head if cache is None else cache[1]
+    cache_shape = heads_shape if stored == n_head else g.op("Concat", ids_shape, g.const([stored, d // stored]), axis=0)
 
-    def heads(t: str, perm: list[int]) -> str:
-        return g.op("Transpose", g.op("Reshape", t, heads_shape), perm=perm)
+    def heads(t: str, perm: list[int], shape: str = heads_shape) -> str:
+        return g.op("Transpose", g.op("Reshape", t, shape), perm=perm)
 
     q = g.op("Mul", g.linear(x, f"{prefix}.q_proj"), g.const(d_head ** -0.5, np.float32))  # scaled first, as OPT
     q = heads(q, [0, 2, 1, 3])  # [B, h, T, dh]
     k, v = g.linear(x, f"{prefix}.k_proj"), g.linear(x, f"{prefix}.v_proj")
     if cache is None:
-        k_t, v = heads(k, [0, 2, 3, 1]), heads(v, [0, 2, 1, 3])  # keys straight to [B, h, dh, T]
+        k, v = heads(k, [0, 2, 3, 1]), heads(v, [0, 2, 1, 3])  # keys straight to [B, h, dh, T]
+        scores = g.op("MatMul", q, k)
     else:
-        g.op("Concat", PAST.format(i=cache, kind="key"), heads(k, [0, 2, 1, 3]), axis=2)  # [B, h, P + T, dh]
-        k = g.rename_last(PRESENT.format(i=cache, kind="key"))
-        g.op("Concat", PAST.format(i=cache, kind="value"), heads(v, [0, 2, 1, 3]), axis=2)
-        v = g.rename_last(PRESENT.format(i=cache, kind="value"))
-        k_t = g.op("Transpose", k, perm=[0, 1, 3, 2])
-    scores = g.op("Where", allowed, g.op("MatMul", q, k_t), g.const(MASKED_SCORE, np.float32))  # finite: no NaN
-    y = g.op("Transpose", g.op("MatMul", g.op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3])  # [B, T, h, dh]
+        n = cache[0]
+        g.op("Concat", PAST.format(i=n, kind="key"), heads(k, [0, 2, 1, 3], cache_shape), axis=2)  # [B, H, P+T, d/H]
+        k = g.rename_last(PRESENT.format(i=n, kind="key"))
+        g.op("Concat", PAST.format(i=n, kind="value"), heads(v, [0, 2, 1, 3], cache_shape), axis=2)
+        v = g.rename_last(PRESENT.format(i=n, kind="value"))
+        scores = cached_scores(g, q, k, stored, n_head, d)
+    scores = g.op("Where", allowed, scores, g.const(MASKED_SCORE, np.float32))  # finite: no NaN
+    att = g.op("Softmax", scores, axis=-1)
+    y = g.op("MatMul", att, v) if cache is None else cached_weighted(g, att, v, stored, n_head, d)  # [B, h, T, dh]
+    y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, h, dh]
     return g.linear(g.op("Reshape", y, g.const([-1, d])), f"{prefix}.out_proj")

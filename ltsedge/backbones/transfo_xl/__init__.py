@@ -28,8 +28,8 @@ class TransfoXLBackbone(PackageBackbone):
             raise LtsedgeError(f"architecture field 'd_model' = {arch.d_model} is invalid: Transformer-XL's "
                                f"sinusoidal position embedding needs an even d_model")
 
-    def generate_spec(self, arch):
-        return generate_spec(arch)  # the recurrence memory, not a KV cache
+    def generate_spec(self, arch, cache_layout: str | None = None):
+        return generate_spec(arch)  # the recurrence memory, not a KV cache: no layout to choose
 
     def baseline(self) -> BaselineSpec:
         return BaselineSpec(d_model=512, d_inner=2048, n_head=8, layers=tuple(range(1, 17)))  # Transformer-XL base
