@@ -59,6 +59,22 @@ def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | N
             fingerprint.get("onnxruntime", ""))
 
 
+# The profile's settings that decide how fast the reference model runs (not the workload or the repeat
+# policy: a stricter re-measurement shares the machine's pinned calibration).
+RUNTIME_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
+                    "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
+                    "allow_spinning")
+
+
+def runtime_settings(profile) -> dict[str, Any]:
+    return {k: v for k, v in profile.settings().items() if k in RUNTIME_SETTINGS}
+
+
+def calibration_key(fingerprint: dict, profile) -> tuple[str, str, str]:
+    """The store's key of a pinned calibration: machine, runtime settings, onnxruntime version."""
+    return fingerprint_hash(fingerprint), settings_hash(runtime_settings(profile)), fingerprint.get("onnxruntime", "")
+
+
 def measurement_settings(profile, shapes: dict | None = None, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     """What decides a measured figure besides the model and the machine: the profile's settings, the
     input shapes when given, the decode context for a generate model (keys of the forward variant at the

@@ -2,6 +2,10 @@
 
 An ONNX file is keyed in the store by its sha256; an architecture by its id and export settings, so
 ``ltsedge profile arch.json`` and a search that met the same architecture share the measurement.
+
+Milliseconds are the measured ratios times the machine's pinned calibration (from the store; made
+by the first run that needs it, redone by ``ltsedge calibrate``), so two runs minutes apart agree
+even when the machine was busy at one's start; that run's own calibration is reported beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ltsedge.keys import (
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
+from ltsedge.runners.runner import pinned_calibration
 from ltsedge.runners.measurement import complete
 from ltsedge.store import MeasurementStore
 
@@ -76,7 +81,10 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         if measurement is not None and measurement.get("ok") and not complete(measurement):
             measurement = None  # a search's raced-out or coarse figure: profile times every workload in full
         cached = measurement is not None
+        machine = {"run_calibration_ms": None, "machine_state": None}
         if measurement is None:
+            if hasattr(runner, "use_pinned"):  # a fleet's agents pin their own
+                runner.use_pinned(pinned_calibration(store, runner))
             onnx_path = path
             if arch is not None and sha256 is None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
@@ -84,13 +92,22 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
                              execution_provider=profile.execution_provider).save(onnx_path, digest=False)
                 check_shapes(onnx_path, shapes or {}, profile, str(path))
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
+            machine = _machine_state(runner)
             store.put(*store_key, measurement, fingerprint=fingerprint,
                       settings=measurement_settings(profile, shapes, variant))
     counts = count_params(arch).to_dict() if arch else {}
     return {"model": str(path), "sha256": sha256, "variant": variant, "precision": precision, "device": profile.name,
-            **measurement, **counts,
+            **measurement, **machine, **counts,
             "architecture_id": arch.id if arch else None, "shapes": shapes or None, "cached": cached,
             "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
+
+
+def _machine_state(runner) -> dict:
+    """This run's own calibration of the reference, and how far it is from the pinned one (a line, or
+    None within the noise)."""
+    own, pinned = getattr(runner, "run_calibration", None), getattr(runner, "pinned", None)
+    return {"run_calibration_ms": own.reference_ms if own else None,
+            "machine_state": pinned.state(own) if own and pinned else None}
 
 
 def _architecture_or_none(path: Path) -> tuple[Architecture | None, str]:
@@ -102,3 +119,17 @@ def _architecture_or_none(path: Path) -> tuple[Architecture | None, str]:
     except LtsedgeError:
         return None, DEFAULT_VARIANT
     return architecture_in(meta, path), meta.get("variant", DEFAULT_VARIANT)
+
+
+def calibrate_machine(device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None) -> dict:
+    """Measure the machine's pinned calibration for ``device``'s runtime settings again and keep it in the
+    store (``ltsedge calibrate``): later runs' milliseconds are their ratios times it."""
+    from ltsedge.keys import calibration_key
+    from ltsedge.runners import Runner
+
+    profile = device if isinstance(device, DeviceProfile) else load_profile(device)
+    with MeasurementStore(store_path) as store, Runner(profile) as runner:
+        previous = store.get_calibration(*calibration_key(runner.fingerprint(), profile))
+        pinned = pinned_calibration(store, runner, redo=True)
+    return {"device": profile.name, **pinned.to_dict(), "store": str(store.path),
+            "previous_reference_ms": (previous or {}).get("reference_ms")}

@@ -9,7 +9,9 @@ Several processes may share one store: WAL journal, a busy timeout, and one stat
 A corrupt or foreign file is reported, never deleted or recreated.
 
 Beside the measurements, the architecture behind each exported candidate's model key: a device's
-cost model (``ltsedge.costmodel``) learns from this machine's figures of known architectures.
+cost model (``ltsedge.costmodel``) learns from this machine's figures of known architectures; and
+the machine's pinned calibration of the reference model per (fingerprint_hash, settings_hash,
+ort_version) of its runtime settings (``ltsedge.runners.policy.PinnedCalibration``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ltsedge.validate import reject_unknown
 
 ENV_VAR = "LTSEDGE_STORE"
 FILENAME = "measurements.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 
 KEY_COLUMNS = ("model_key", "fingerprint_hash", "settings_hash", "ort_version")
@@ -56,8 +58,21 @@ _CREATE = [
 _ARCHITECTURES = """CREATE TABLE architectures (
     model_key TEXT PRIMARY KEY, export TEXT NOT NULL, architecture TEXT NOT NULL)"""
 
+# The reference model's speed on a machine with some runtime settings: every run's milliseconds are
+# its ratios times this (keys.calibration_key; runners/policy.py, "Pinned calibration").
+_CALIBRATIONS = """CREATE TABLE IF NOT EXISTS calibrations (
+    fingerprint_hash TEXT NOT NULL,
+    settings_hash TEXT NOT NULL,
+    ort_version TEXT NOT NULL,
+    calibration TEXT NOT NULL,      -- JSON object
+    fingerprint TEXT NOT NULL,      -- JSON object
+    settings TEXT NOT NULL,         -- JSON object: the runtime settings
+    created_at TEXT NOT NULL,
+    ltsedge_version TEXT NOT NULL,
+    PRIMARY KEY (fingerprint_hash, settings_hash, ort_version))"""
+
 # _MIGRATIONS[v] lists the statements that take a version-v store to version v + 1.
-_MIGRATIONS: dict[int, list[str]] = {1: [_ARCHITECTURES]}
+_MIGRATIONS: dict[int, list[str]] = {1: [_ARCHITECTURES], 2: [_CALIBRATIONS]}
 
 # A success replaces anything; a failure never replaces a success (one flaky crash must not erase
 # a good measurement), but does replace an older failure (keep the latest reason).
@@ -193,6 +208,25 @@ class MeasurementStore:
             found = self._db.execute(query, (fingerprint_hash, settings_hash, ort_version, export)).fetchall()
         decoded = [(self._decode(arch, key), self._decode(m, key)) for arch, m, key in found]
         return [(arch, m) for arch, m in decoded if _complete(m, True)]
+
+    def get_calibration(self, fingerprint_hash: str, settings_hash: str, ort_version: str) -> dict[str, Any] | None:
+        """The pinned calibration of this machine with these runtime settings and onnxruntime, or None."""
+        key = _calibration_key(fingerprint_hash, settings_hash, ort_version)
+        with _sqlite_errors(self.path):
+            row = self._db.execute("SELECT calibration FROM calibrations WHERE fingerprint_hash = ? AND "
+                                   "settings_hash = ? AND ort_version = ?", key).fetchone()
+        return None if row is None else self._decode(row[0], "pinned calibration")
+
+    def put_calibration(self, fingerprint_hash: str, settings_hash: str, ort_version: str,
+                        calibration: dict[str, Any], *, fingerprint: dict[str, Any],
+                        settings: dict[str, Any]) -> None:
+        """Pin (or re-pin) the calibration of this machine with these runtime settings."""
+        key = _calibration_key(fingerprint_hash, settings_hash, ort_version)
+        values = (*key, *(_to_json(what, "pinned calibration", v) for what, v in
+                          (("calibration", calibration), ("fingerprint", fingerprint), ("settings", settings))),
+                  datetime.now(timezone.utc).isoformat(timespec="seconds"), __version__)
+        with _sqlite_errors(self.path):
+            self._db.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
 
     def count(self) -> int:
         with _sqlite_errors(self.path):
@@ -347,6 +381,10 @@ def _key(*parts: Any) -> tuple[str, ...]:
         if not isinstance(value, str) or not value:
             raise LtsedgeError(f"store key {name} = {value!r} must be a non-empty string")
     return parts
+
+
+def _calibration_key(*parts: Any) -> tuple[str, ...]:
+    return _key("calibration", *parts)[1:]
 
 
 def _to_json(what: str, model_key: str, value: Any) -> str:

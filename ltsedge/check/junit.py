@@ -15,7 +15,9 @@ a suite of its own whose properties carry its measured figures. One test case pe
 tracks each one across runs. Failure types: BudgetExceeded, Regression; a model that could not be
 measured is an <error type="MeasurementFailed">; a model of the budgets file without budgets for
 this device is a suite with one <skipped> case. Marginal verdicts say so in the message and in
-system-out (the test name stays the same across runs). Characters XML 1.0 cannot hold (a control
+system-out (the test name stays the same across runs); a marginal check counted as a pass
+(``--marginal pass``) has no <failure>, one counted as a failure has one of type Marginal. The suite's
+properties name the policy and the machine's between-run spread. Characters XML 1.0 cannot hold (a control
 character in a file name, a worker's error text) are written escaped, as ``\\x1b``, so the file parses.
 """
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 SUITE_NAME = "ltsedge check"
 FAILURE_TYPES = {"budget": "BudgetExceeded", "regression": "Regression"}
+MARGINAL_TYPE = "Marginal"  # counted as failed by --marginal fail, whatever side of the limit it fell on
 XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # not even as &#NN;
 MEASURED = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged", "peak_memory_mb",
             "weights_mb")
@@ -65,7 +68,8 @@ def junit_tree(report: CheckReport) -> ET.ElementTree:
                 ET.SubElement(case, "error", {"message": check.message(), "type": "MeasurementFailed"}).text = \
                     check.error
             elif not check.passed:
-                ET.SubElement(case, "failure", {"message": check.message(), "type": FAILURE_TYPES[check.kind]}).text = \
+                kind = MARGINAL_TYPE if check.marginal and check.marginal_policy else FAILURE_TYPES[check.kind]
+                ET.SubElement(case, "failure", {"message": check.message(), "type": kind}).text = \
                     _details(result, check)
             ET.SubElement(case, "system-out").text = _details(result, check)
     for model, why in report.skipped:
@@ -99,7 +103,10 @@ def _properties(suite: ET.Element, report: CheckReport, measured: dict) -> None:
                "machine": describe_machine(fp), "fingerprint": fingerprint_hash(fp),
                "onnxruntime": fp.get("onnxruntime"), "ltsedge": ltsedge.__version__,
                "against": str(report.against) if report.against else None,
-               "max_regression": f"{report.max_regression:g}" if report.against else None}
+               "max_regression": f"{report.max_regression:g}" if report.against else None,
+               "marginal_policy": report.marginal_policy,
+               "between_run_spread": f"{report.between_run_spread:.4f}" if report.between_run_spread else None,
+               "calibration_ms": (report.calibration or {}).get("reference_ms")}
     for name, value in {**machine, **measured}.items():
         if value is not None:
             ET.SubElement(props, "property", {"name": name, "value": str(value)})
@@ -142,8 +149,11 @@ def _details(result: ModelResult, check: Check) -> str:
     if check.marginal:
         decided = (f"first {fmt(check.first_value)} {check.unit}, decided on the re-measurement with a stricter "
                    f"repeat policy" if check.remeasured else "decided on the first measurement")
+        band = f", this machine's between-run spread of {check.band:.1%} included" if check.band else ""
+        counted = f"; counted as {check.marginal_policy} (--marginal {check.marginal_policy})" \
+            if check.marginal_policy else ""
         lines.append(f"marginal: the limit is within the measurement's uncertainty (+-{fmt(check.uncertainty)} "
-                     f"{check.unit}); {decided}")
+                     f"{check.unit}{band}); {decided}{counted}")
     if result.matched_by and check.kind == "regression":
         lines.append(f"previous: {result.previous.model} (matched by {result.matched_by})")
     lines.extend(check.notes)

@@ -122,6 +122,9 @@ class CheckReport:
     forced: bool = False
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    marginal_policy: str | None = None  # how marginal checks count: "pass" | "fail"; None: by their value
+    between_run_spread: float = 0.0  # the machine's, from its pinned calibration: widens timed intervals
+    calibration: dict | None = None  # the pinned calibration the milliseconds are in
 
     @property
     def device(self) -> str:
@@ -156,6 +159,8 @@ class CheckReport:
             "fingerprint": self.fingerprint, "fingerprint_hash": fingerprint_hash(self.fingerprint),
             "against": str(self.against) if self.against else None, "max_regression": self.max_regression,
             "forced": self.forced, "passed": self.passed, "exit_code": self.exit_code, "summary": self.counts(),
+            "marginal_policy": self.marginal_policy, "between_run_spread": self.between_run_spread,
+            "calibration": self.calibration,
             "results": [r.to_dict() for r in self.results],
             "skipped": [{"model": m, "reason": why} for m, why in self.skipped],
             "notes": list(self.notes), "seconds": round(self.seconds, 3),
@@ -236,7 +241,11 @@ class CheckReport:
             for note in [*r.notes, *(n for c in r.checks for n in c.notes)]:
                 console.print(f"note: {escape(r.model)}: {escape(note)}", soft_wrap=True)
         n = self.counts()
-        marginal = f", {n['marginal']} marginal (re-measured)" if n["marginal"] else ""
+        counted = f", counted as {self.marginal_policy}" if self.marginal_policy else ""
+        marginal = f", {n['marginal']} marginal (re-measured{counted})" if n["marginal"] else ""
+        if n["marginal"] and self.between_run_spread:
+            console.print(f"marginal: the limit lies within the measured interval widened by this machine's "
+                          f"between-run spread ({self.between_run_spread:.1%})", soft_wrap=True)
         if self.passed:
             console.print(f"[bold green]PASSED[/]: {n['checks']} check(s) of {n['models']} model(s) within "
                           f"limits{marginal}", soft_wrap=True)

@@ -4,6 +4,11 @@ Bad input (a missing model, a malformed budgets or --against file, an unknown de
 budget, another machine's --against without --force) raises ``LtsedgeError`` before anything is
 measured. A model that is present but cannot be measured (does not load, crashes the runtime, times
 out) is a failure of the gate, reported per model, never raised.
+
+Milliseconds are ratios times the machine's pinned calibration (the measurement store's, made by the
+first run that needs it; ``ltsedge calibrate`` redoes it), and a timed figure's interval is widened by
+the spread this machine showed between runs (verdict.py): a budget inside that band is marginal, and
+counts as the ``marginal`` policy says.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from pathlib import Path
 from ltsedge.check.budgets import BUDGET_KEYS, Target, load_budgets, resolve_targets
 from ltsedge.check.previous import Previous, check_comparable, load_previous
 from ltsedge.check.report import CheckReport, ModelResult
-from ltsedge.check.verdict import Check
+from ltsedge.check.verdict import MARGINAL_POLICIES, Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import sha256_of
 from ltsedge.runners import Measurement, Runner, runner_factory
 from ltsedge.runners.inputs import resolve_shape
+from ltsedge.runners.policy import PinnedCalibration
 from ltsedge.validate import is_number
 
 # measure(profile, [(path, shapes), ...]) -> one Measurement per job, in order. Injectable for tests.
@@ -47,13 +53,21 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
               against: str | Path | None = None, max_regression: float = 0.10, force: bool = False,
               measure: Measure | None = None, fingerprint: dict | None = None,
               log: Callable[[str], None] | None = None, scheduler: str | None = None,
-              machine: str | None = None) -> CheckReport:
+              machine: str | None = None, marginal: str | None = None, spread: float | None = None,
+              store_path: str | Path | None = None) -> CheckReport:
     """Check ``models`` against their budgets (and ``against``'s measurements) on ``device``.
 
     ``measure`` and ``fingerprint`` replace the onnxruntime worker and this machine's fingerprint
-    (tests); ``log`` receives progress lines (default: stderr).
+    (tests); ``log`` receives progress lines (default: stderr). ``marginal`` ("pass" | "fail"): how a
+    check within the noise of its limit counts (None: by its value). ``spread``: the machine's relative
+    between-run spread (default: the pinned calibration's in the store at ``store_path``; 0 with an
+    injected ``measure``).
     """
     log = log or _stderr
+    if marginal is not None and marginal not in MARGINAL_POLICIES:
+        raise LtsedgeError(f"--marginal {marginal!r} must be one of: {', '.join(MARGINAL_POLICIES)}")
+    if spread is not None and (not is_number(spread) or not 0 <= spread < float("inf")):
+        raise LtsedgeError(f"between-run spread {spread!r} must be a fraction >= 0")
     started = time.monotonic()
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     if not is_number(max_regression) or not 0 <= max_regression < float("inf"):
@@ -62,9 +76,12 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,
                                        max_memory_mb=max_memory_mb, max_prefill_ms=max_prefill_ms,
                                        max_decode_ms=max_decode_ms, budgets_file=budgets)
+    fleet_spread = None
     if fingerprint is None:
-        fingerprint = machine_fingerprint(profile) if scheduler is None else _fleet_fingerprint(profile, scheduler,
-                                                                                                 machine)
+        if scheduler is None:
+            fingerprint = machine_fingerprint(profile)
+        else:
+            fingerprint, fleet_spread = _fleet_machine(profile, scheduler, machine)
     previous = load_previous(against) if against is not None else None
     notes = check_comparable(previous, fingerprint, force=force) if previous else []
     infos = [inspect_model(t.path) for t in targets]
@@ -75,7 +92,18 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
                if previous else [(None, None)] * len(targets))
     results = [_result(t, info, job_shapes, previous, match, float(max_regression))
                for t, info, (_, job_shapes), match in zip(targets, infos, jobs, matches, strict=True)]
-    measure = measure or functools.partial(measure_with_runner, factory=runner_factory(scheduler, machine))
+    pinned = None
+    if measure is None:
+        if scheduler is None:
+            pinned = machine_calibration(profile, store_path)
+            factory = functools.partial(Runner, pinned=pinned)
+        else:
+            factory = runner_factory(scheduler, machine)
+        measure = functools.partial(measure_with_runner, factory=factory)
+    if spread is None:
+        spread = pinned.spread if pinned is not None else (fleet_spread or 0.0)
+    for check in (c for r in results for c in r.checks):
+        check.spread, check.marginal_policy = float(spread), marginal
     log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")
     for result, m in zip(results, measure(profile, jobs), strict=True):
         result.measurement = m
@@ -98,7 +126,9 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
                     check.decide(m, careful.tolerance, remeasured=True)
     return CheckReport(profile=profile, fingerprint=fingerprint, results=results, skipped=skipped,
                        against=previous.path if previous else None, max_regression=float(max_regression),
-                       forced=bool(force and previous), notes=notes, seconds=time.monotonic() - started)
+                       forced=bool(force and previous), notes=notes, seconds=time.monotonic() - started,
+                       marginal_policy=marginal, between_run_spread=float(spread),
+                       calibration=pinned.to_dict() if pinned is not None else None)
 
 
 def _comparable_with_previous(result: ModelResult, m: Measurement, max_regression: float) -> None:
@@ -239,11 +269,21 @@ def _check_cli_shapes(cli: dict[str, list[int]], infos: list[ModelInfo]) -> None
             raise LtsedgeError(f"--shape {name}=...: no model has an input {name!r} (inputs: {', '.join(names)})")
 
 
-def _fleet_fingerprint(profile: DeviceProfile, scheduler: str, machine: str | None) -> dict:
+def _fleet_machine(profile: DeviceProfile, scheduler: str, machine: str | None) -> tuple[dict, float]:
+    """The fleet's machine fingerprint, and the widest between-run spread its boards have pinned."""
     from ltsedge.runners.remote import RemoteRunner
 
     with RemoteRunner(profile, scheduler, machine=machine) as runner:
-        return runner.fingerprint()
+        return runner.fingerprint(), runner.spread
+
+
+def machine_calibration(profile: DeviceProfile, store_path: str | Path | None = None) -> PinnedCalibration:
+    """This machine's pinned calibration for the profile's runtime settings (measured now if the store has none)."""
+    from ltsedge.runners.runner import pinned_calibration
+    from ltsedge.store import MeasurementStore
+
+    with MeasurementStore(store_path) as store, Runner(profile) as runner:
+        return pinned_calibration(store, runner)
 
 
 def measure_with_runner(profile: DeviceProfile, jobs: list[tuple[Path, dict[str, list[int]]]],

@@ -5,6 +5,14 @@ max_regression)). A value within its uncertainty of the limit is *marginal*: the
 again with a stricter repeat policy and the verdict follows the new value, marked "marginal pass" or
 "marginal fail" so a reader knows the gate was close.
 
+Between runs: a timed figure is ratio x the machine's pinned calibration, and its ratio still moves
+between runs by more than one run's interval says (a busy neighbour does not slow the model and the
+reference alike). The pinned calibration keeps the spread this machine showed between its windows;
+a timed figure's interval is widened by it (/ (1 + spread), x (1 + spread)) before asking whether the
+limit is inside. How a marginal check counts is the gate's policy (``--marginal pass|fail``): "pass"
+or "fail" whatever side of the limit the value fell on this time, so the verdict does not flip from
+one run to the next; without a policy (the API's default) it follows the value, as above.
+
 Uncertainty of a value (where its true value lies, 95%):
   - latency (a median of n timed runs): +-the profile's tolerance when the runs converged (the
     runner stopped because the median's order-statistic 95% interval was within it); otherwise the
@@ -41,6 +49,7 @@ METRICS = {"latency": ("latency_ms", "ms"), "memory": ("peak_memory_mb", "MB"),
            "prefill": ("prefill_latency_ms", "ms"), "decode": ("decode_latency_ms", "ms")}
 TIMED = ("latency", "prefill", "decode")  # medians of timed runs; prefill and decode: a generate model's workloads
 PASS, FAIL, MARGINAL_PASS, MARGINAL_FAIL, ERROR = "pass", "FAIL", "marginal pass", "marginal fail", "ERROR"
+MARGINAL_POLICIES = ("pass", "fail")  # how a marginal check counts; None: by its value
 
 
 def value_of(metric: str, m: Measurement) -> float | None:
@@ -66,14 +75,15 @@ def latency_relative_bounds(m: Measurement, tolerance: float) -> tuple[float, fl
     return max(tolerance, below), max(tolerance, above)
 
 
-def interval(metric: str, m: Measurement, tolerance: float) -> tuple[float, float] | None:
-    """Where the true value of ``metric`` lies (95%), in ms or MB; None when not measured."""
+def interval(metric: str, m: Measurement, tolerance: float, spread: float = 0.0) -> tuple[float, float] | None:
+    """Where the true value of ``metric`` lies (95%), in ms or MB; None when not measured. ``spread``:
+    the machine's relative between-run spread, widening a timed figure's interval on both sides."""
     value = value_of(metric, m)
     if value is None:
         return None
     if metric in TIMED:
         below, above = latency_relative_bounds(_timing_of(metric, m), tolerance)
-        return value * (1 - below), value * (1 + above)
+        return value * (1 - below) / (1 + spread), value * (1 + above) * (1 + spread)
     half = max(MEMORY_RELATIVE * value, MEMORY_ABSOLUTE_MB.get(m.memory_method, MEMORY_ABSOLUTE_DEFAULT_MB))
     return value - half, value + half
 
@@ -88,9 +98,10 @@ def _timing_of(metric: str, m: Measurement):
                            latency_p90_ms=w["latency_p90_ms"])
 
 
-def uncertainty(metric: str, m: Measurement, tolerance: float, limit: float | None = None) -> float | None:
+def uncertainty(metric: str, m: Measurement, tolerance: float, limit: float | None = None,
+                spread: float = 0.0) -> float | None:
     """Absolute uncertainty of ``m``'s value (ms or MB), on the side of ``limit`` when given."""
-    bounds, value = interval(metric, m, tolerance), value_of(metric, m)
+    bounds, value = interval(metric, m, tolerance, spread), value_of(metric, m)
     if bounds is None or value is None:
         return None
     low, high = bounds
@@ -99,9 +110,9 @@ def uncertainty(metric: str, m: Measurement, tolerance: float, limit: float | No
     return high - value if limit is not None else max(value - low, high - value)
 
 
-def is_marginal(metric: str, m: Measurement, limit: float, tolerance: float) -> bool:
-    """Is ``limit`` inside the value's 95% interval?"""
-    bounds = interval(metric, m, tolerance)
+def is_marginal(metric: str, m: Measurement, limit: float, tolerance: float, spread: float = 0.0) -> bool:
+    """Is ``limit`` inside the value's 95% interval (widened by the between-run ``spread``)?"""
+    bounds = interval(metric, m, tolerance, spread)
     return bounds is not None and bounds[0] <= limit <= bounds[1]
 
 
@@ -122,6 +133,8 @@ class Check:
     previous: float | None = None  # regression: the previous value
     error: str | None = None  # the model could not be measured
     notes: list[str] = field(default_factory=list)
+    spread: float = 0.0  # the machine's relative between-run spread (timed metrics; pinned calibration)
+    marginal_policy: str | None = None  # how a marginal check counts: "pass" | "fail"; None: by its value
 
     @property
     def unit(self) -> str:
@@ -136,8 +149,20 @@ class Check:
         return self.metric + (" vs previous" if self.kind == "regression" else "")
 
     @property
-    def passed(self) -> bool:
+    def within(self) -> bool:
+        """The value is at or under the limit (this time)."""
         return self.error is None and self.value is not None and self.value <= self.limit
+
+    @property
+    def passed(self) -> bool:
+        if self.marginal and self.marginal_policy is not None and self.error is None and self.value is not None:
+            return self.marginal_policy == "pass"
+        return self.within
+
+    @property
+    def band(self) -> float:
+        """The between-run spread that applies to this check's metric (memory: none)."""
+        return self.spread if self.metric in TIMED else 0.0
 
     @property
     def verdict(self) -> str:
@@ -176,25 +201,27 @@ class Check:
         else:
             self.first_value = value_of(self.metric, m)
         self.value = value_of(self.metric, m)
-        self.uncertainty = uncertainty(self.metric, m, tolerance, self.limit)
+        self.uncertainty = uncertainty(self.metric, m, tolerance, self.limit, self.band)
         if self.value is None:  # e.g. no peak-memory counter on this platform
             self.error = (f"no {self.metric} figure: not a generate model (export it with --variant generate)"
                           if self.metric in ("prefill", "decode") else f"no {self.metric} value measured on this platform")
             return
-        self.marginal = self.marginal or is_marginal(self.metric, m, self.limit, tolerance)
+        self.marginal = self.marginal or is_marginal(self.metric, m, self.limit, tolerance, self.band)
 
     def message(self) -> str:
         """One line: "latency 53.1 ms > budget 50 ms", for JUnit and logs."""
         if self.error is not None:
             return f"{self.metric} not measured: {self.error}"
         what = "budget" if self.kind == "budget" else "regression limit"
-        op = "<=" if self.passed else ">"
+        op = "<=" if self.within else ">"
         text = f"{self.metric} {fmt(self.value)} {self.unit} {op} {what} {fmt(self.limit)} {self.unit}"
         if self.kind == "regression":
             text += f" (previous {fmt(self.previous)} {self.unit}, {self.change:+.1%})"
         if self.marginal:
             again = ", re-measured" if self.remeasured else ""
-            text += f" [marginal: within +-{fmt(self.uncertainty)} {self.unit} of the limit{again}]"
+            band = f", this machine's between-run spread {self.band:.1%} included" if self.band else ""
+            counted = f"; counted as {self.marginal_policy} (--marginal)" if self.marginal_policy else ""
+            text += f" [marginal: within +-{fmt(self.uncertainty)} {self.unit} of the limit{band}{again}{counted}]"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,7 +229,8 @@ class Check:
                 "limit": self.limit, "source": self.source, "margin": self.margin, "margin_pct": self.margin_pct,
                 "uncertainty": self.uncertainty, "verdict": self.verdict, "passed": self.passed,
                 "marginal": self.marginal, "remeasured": self.remeasured, "first_value": self.first_value,
-                "previous": self.previous, "change": self.change, "error": self.error, "notes": list(self.notes)}
+                "previous": self.previous, "change": self.change, "error": self.error, "notes": list(self.notes),
+                "within_limit": self.within, "between_run_spread": self.band, "marginal_policy": self.marginal_policy}
 
 
 def signed(value: float | None) -> str:

@@ -16,9 +16,14 @@ from ltsedge.keys import candidate_model_key, measurement_key
 
 
 def export_settings(model_key: str) -> str:
-    """``arch:<id>:graph=1:ir=10...`` -> ``graph=1:ir=10...``: the part every architecture shares."""
+    """``arch:<id>:graph=1:ir=10...`` -> ``graph=1:ir=10...``: the part every architecture shares.
+
+    The KV-cache layout (``cache=``) is named in a key only where it changes an architecture's graph
+    (per-layer heads), so it is not shared: left out here. Every arch-keyed figure (search, costmodel,
+    profile ARCH.json) is of the default layout, so the samples are all of one layout."""
     parts = model_key.split(":", 2)
-    return parts[2] if len(parts) == 3 else ""
+    settings = parts[2] if len(parts) == 3 else ""
+    return ":".join(p for p in settings.split(":") if not p.startswith("cache="))
 
 
 def remember(store, arch: Architecture, model_key: str) -> None:

@@ -13,6 +13,13 @@ ratios already cancel a machine that is uniformly slower or faster; the second m
 against what does not cancel (a phase change in the middle of a model's samples). Nothing waits on
 drift itself: a machine that got faster is good news, and a busy neighbour does not leave because we
 sleep. Only a board that reports heat or throttling is given its cool-down.
+
+Pinned calibration: a run's own calibration is one second of the reference at start-up, and a busy
+moment then rescales every millisecond of the run (three models profiled minutes apart moved 0.3-34%
+in ms while their ratios moved 1-10%). So the machine's speed is measured carefully once (``PIN_WINDOWS``
+windows of the reference alone; a low quantile of their medians: the machine when quiet) and kept in
+the store; every run's ms are its ratios times that, and its own start-up calibration is reported beside
+it as the machine's state now (and stays the drift guard's baseline: the guard works within a run).
 """
 
 from __future__ import annotations
@@ -61,6 +68,67 @@ class Calibration:
 
     def to_dict(self) -> dict:
         return {"reference_ms": self.reference_ms, "noise": self.noise}
+
+
+PIN_WINDOWS = 5  # windows of the reference alone, each timed like a run's calibration
+PIN_WINDOW_S = 1.0
+PIN_PAUSE_S = 0.2  # between windows: a neighbour's burst should not span them all
+PIN_QUANTILE = 0.25  # of the window medians: the machine when quiet, not its luckiest second
+STATE_FLOOR = 0.03  # a run's calibration closer than this to the pinned one is "as calibrated"
+
+
+@dataclass(frozen=True)
+class PinnedCalibration:
+    """The reference's speed on this machine and runtime settings, measured once and kept in the store.
+
+    ``reference_ms``: a low quantile of the windows' medians; ``noise``: the median within-window
+    spread; ``spread``: the windows' interquartile range relative to ``reference_ms`` (how far this
+    machine moves between runs: ``check`` widens a figure's interval by it)."""
+
+    reference_ms: float
+    noise: float
+    spread: float
+    windows: tuple[float, ...] = ()
+    created_at: str | None = None
+
+    @classmethod
+    def from_windows(cls, windows: list[list[float]], created_at: str | None = None) -> PinnedCalibration:
+        each = [Calibration.from_samples(w) for w in windows if w]
+        if not each:
+            raise ValueError("no window of the reference was timed")
+        medians = sorted(c.reference_ms for c in each)
+        low, high = (medians[round(q * (len(medians) - 1))] for q in (PIN_QUANTILE, 1 - PIN_QUANTILE))
+        # The spread: the windows' interquartile range (one burst of a neighbour is not the machine's spread)
+        return cls(low, statistics.median(c.noise for c in each), (high - low) / low,
+                   tuple(c.reference_ms for c in each), created_at)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PinnedCalibration:
+        """Read back from the store; ValueError when the stored object is not one."""
+        try:
+            pinned = cls(float(data["reference_ms"]), float(data["noise"]), float(data["spread"]),
+                         tuple(float(w) for w in data.get("windows", ())), data.get("created_at"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a pinned calibration ({e})") from None
+        if not pinned.reference_ms > 0 or not 0 <= pinned.spread < float("inf"):
+            raise ValueError(f"not a pinned calibration ({data})")
+        return pinned
+
+    @property
+    def calibration(self) -> Calibration:
+        return Calibration(self.reference_ms, self.noise)
+
+    def to_dict(self) -> dict:
+        return {"reference_ms": self.reference_ms, "noise": self.noise, "spread": self.spread,
+                "windows": list(self.windows), "created_at": self.created_at}
+
+    def state(self, run: Calibration) -> str | None:
+        """One line on how this run's machine differs from the pinned one; None within the noise (the
+        pinned windows' spread, the run calibration's own spread, at least ``STATE_FLOOR``)."""
+        change = run.reference_ms / self.reference_ms - 1
+        if abs(change) <= max(STATE_FLOOR, self.spread, 4 * run.noise):
+            return None
+        return f"this run: the machine {abs(change):.0%} {'slower' if change > 0 else 'faster'} than calibrated"
 
 
 class DriftGuard:

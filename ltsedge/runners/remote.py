@@ -3,8 +3,9 @@
 Each board runs ``ltsedge agent --scheduler tcp://HOST:8786 --device arm64``: a Dask worker with one
 thread and one ``ltsedge`` resource, so it never times two models at once, and a resource naming its
 machine fingerprint, so a search is served only by boards of one kind (mixing boards would mix
-figures). Inside the agent an ordinary ``Runner`` measures, with its own reference calibration and
-drift guard: the board's figures are made exactly as a local search makes them.
+figures). Inside the agent an ordinary ``Runner`` measures, with the board's own pinned calibration
+(kept in the board's own measurement store: $LTSEDGE_STORE or its cache directory) and its own drift
+guard: the board's figures are made exactly as a local search makes them.
 
 ``RemoteRunner`` is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
 client. Models travel as their ONNX bytes, with the external data files they name (written beside
@@ -61,18 +62,26 @@ class _Agent:
     """This process's measuring state: its device profile, and one Runner per profile a search sends
     (the search's own, and the stricter one its frontier is re-measured with)."""
 
-    def __init__(self, profile: DeviceProfile):
-        self.profile = profile
+    def __init__(self, profile: DeviceProfile, store_path: str | Path | None = None):
+        self.profile, self.store_path = profile, store_path
         self.fingerprint = machine_fingerprint(profile)
         self.runners: dict[str, Any] = {}
         self.lock = threading.Lock()  # one measurement at a time, also against an info request
 
     def runner(self, profile: DeviceProfile):
-        from ltsedge.runners.runner import Runner
+        from ltsedge.runners.runner import Runner, pinned_calibration
+        from ltsedge.store import MeasurementStore
 
         key = profile.settings_hash()
         if key not in self.runners:
-            self.runners[key] = Runner(profile)
+            runner = Runner(profile)
+            try:
+                with MeasurementStore(self.store_path) as store:  # this board's pinned calibration
+                    runner.use_pinned(pinned_calibration(store, runner))
+            except BaseException:
+                runner.close()
+                raise
+            self.runners[key] = runner
         return self.runners[key]
 
     def close(self) -> None:
@@ -94,8 +103,11 @@ def agent_info() -> dict:
     agent = _agent()
     with agent.lock:
         calibration = agent.runner(agent.profile).calibrate()
+    runner = agent.runners[agent.profile.settings_hash()]
+    spread = runner.pinned.spread if runner.pinned else 0.0
     return {"fingerprint": agent.fingerprint, "profile": agent.profile.name,
-            "execution_provider": agent.profile.execution_provider, "calibration": calibration.to_dict(),
+            "execution_provider": agent.profile.execution_provider,
+            "calibration": {**calibration.to_dict(), "spread": spread},
             "host": socket.gethostname()}
 
 
@@ -114,13 +126,14 @@ def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, 
 
 
 def run_agent(scheduler: str, profile: DeviceProfile, *, name: str | None = None,
-              ready: Callable[[str], None] | None = None) -> None:
-    """Serve measurements for ``scheduler`` until it goes away (or Ctrl-C)."""
+              ready: Callable[[str], None] | None = None, store_path: str | Path | None = None) -> None:
+    """Serve measurements for ``scheduler`` until it goes away (or Ctrl-C); ``store_path``: where the
+    board keeps its pinned calibration (default: its measurement store)."""
     global _AGENT
     distributed = _distributed()
     import asyncio
 
-    _AGENT = _Agent(profile)
+    _AGENT = _Agent(profile, store_path)
     resources = {SLOT: 1, MACHINE + fingerprint_hash(_AGENT.fingerprint): 1}
 
     async def serve() -> None:
@@ -162,6 +175,9 @@ class RemoteRunner:
         reference = sorted(a["calibration"]["reference_ms"] for a in self.agents.values())
         self.calibration = Calibration(reference[len(reference) // 2], max(a["calibration"]["noise"]
                                                                            for a in self.agents.values()))
+        # How far a board's figures move between runs (the widest of the boards' pinned spreads; their
+        # ratios put them on one scale): ``check`` widens its intervals by it.
+        self.spread = max(a["calibration"].get("spread", 0.0) for a in self.agents.values())
 
     def _agents(self, machine: str | None) -> dict[str, dict]:
         info = self._call(lambda: self.client.run(agent_info))

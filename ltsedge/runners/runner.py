@@ -9,6 +9,11 @@ Memory isolation: the worker resets its peak-RSS counter and trims the heap arou
 (see worker.py); the Runner also replaces a worker whose resting RSS grew by more than
 ``RESTART_GROWTH_MB`` (leaked or fragmented memory would hide in the next model's figure), and uses
 a fresh worker per model where the counter cannot be reset (not Linux).
+
+Milliseconds: ratio x the scale (``Runner.calibration``): the machine's pinned calibration when given
+(``pinned=``, ``use_pinned``; from the store by ``pinned_calibration``), else the run's own. The run's
+own calibration (the reference alone before the first model, ``run_calibration``) is measured either
+way: it is the drift guard's baseline and says how the machine is doing now.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy, stats
 from ltsedge.runners.inputs import PRIMARY_WORKLOAD
 from ltsedge.runners.measurement import Measurement
-from ltsedge.runners.policy import Calibration, DriftGuard
+from ltsedge.runners.policy import PIN_PAUSE_S, PIN_WINDOW_S, PIN_WINDOWS, Calibration, DriftGuard, PinnedCalibration
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
@@ -65,6 +70,10 @@ def _warn(message: str) -> None:
     print(f"ltsedge: warning: {message}", file=sys.stderr)
 
 
+def _note(message: str) -> None:
+    print(f"ltsedge: {message}", file=sys.stderr)
+
+
 class Runner:
     """Measures models under one device profile. Use as a context manager, or call close()."""
 
@@ -72,7 +81,7 @@ class Runner:
                  memory_limit_mb: float | None = None, log: Callable[[str], None] | None = None,
                  sensors: Any = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, fresh_worker_per_model: bool = False,
-                 calibration: Calibration | None = None):
+                 calibration: Calibration | None = None, pinned: PinnedCalibration | None = None):
         check_provider(profile)
         # A fresh worker per model: slower (onnxruntime starts each time), but a model's peak memory is
         # then never lowered by pages an earlier, larger model left in the process (measured: a 4.2 MB
@@ -87,12 +96,18 @@ class Runner:
         self._worker: WorkerProcess | None = None
         self._reference_path: Path | None = None
         self._count = 0
-        # The reference's speed at the start of the run: milliseconds = ratio x this. Given (a resumed
-        # search keeps its own), or measured before the first model.
+        # The scale: milliseconds = ratio x this. The machine's pinned calibration, a resumed search's
+        # own, or else the run's own calibration.
         self.calibration: Calibration | None = None
+        # The reference alone at the start of this run (measured before the first model, or given):
+        # the drift guard's baseline.
+        self.run_calibration: Calibration | None = None
+        self.pinned: PinnedCalibration | None = None
         self._guard: DriftGuard | None = None
         if calibration is not None:
             self.use_calibration(calibration)
+        if pinned is not None:
+            self.use_pinned(pinned)
 
     # -- public API ------------------------------------------------------------------------------
     def measure(self, model: Model, *, shapes: dict[str, list[int]] | None = None, race: Race | None = None
@@ -135,25 +150,57 @@ class Runner:
         return results
 
     def use_calibration(self, calibration: Calibration) -> None:
-        """Measure against a calibration taken earlier (a resumed search keeps its scale)."""
-        self.calibration, self._guard = calibration, DriftGuard(calibration)
+        """Measure against a run's calibration taken earlier: the scale and the drift guard's baseline."""
+        self.calibration, self.run_calibration, self._guard = calibration, calibration, DriftGuard(calibration)
+
+    def use_pinned(self, pinned: PinnedCalibration | Calibration) -> None:
+        """Milliseconds through a scale fixed beforehand (the machine's pinned calibration, or a resumed
+        search's); the drift guard keeps to this run's own calibration, measured before the first model."""
+        if isinstance(pinned, PinnedCalibration):
+            self.pinned, pinned = pinned, pinned.calibration
+        self.calibration = pinned
 
     def calibrate(self) -> Calibration:
-        """Time the reference alone (after warm-up): the run's calibration, if it has none yet."""
+        """Time the reference alone (after warm-up) if this run has not yet: its own calibration (the
+        drift guard's baseline), and the scale unless one was given. Returns the scale."""
+        if self.run_calibration is None:
+            self.run_calibration = Calibration.from_samples(self._time_reference(CALIBRATION_S))
+            self._guard = DriftGuard(self.run_calibration)
         if self.calibration is None:
-            worker = self._ensure_worker()
-            # Our own small model, under the profile's memory limit and its timeout (absurd thread counts
-            # show up here first); the timeout is per model, so the reference gets at least its floor.
-            timeout_s = min(max(self.profile.timeout_s, CALIBRATION_FLOOR_S), CALIBRATION_TIMEOUT_S)
-            try:
-                reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
-                                        "reference_path": str(self._reference()), "seconds": CALIBRATION_S},
-                                       timeout_s=timeout_s, memory_limit_mb=self.profile.memory_limit_mb)
-            except WorkerDied as e:
-                self._worker = None
-                raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
-            self.use_calibration(Calibration.from_samples(reply["reference_ms"]))
+            self.calibration = self.run_calibration
         return self.calibration
+
+    def measure_pinned(self, windows: int = PIN_WINDOWS, seconds: float = PIN_WINDOW_S,
+                       pause_s: float = PIN_PAUSE_S) -> PinnedCalibration:
+        """The machine's calibration, measured carefully: ``windows`` windows of the reference alone with
+        pauses between (policy.PinnedCalibration). The last window also serves as this run's own
+        calibration when it has none yet."""
+        timed = []
+        for i in range(windows):
+            if i:
+                self.sleep(pause_s)
+            timed.append(self._time_reference(seconds))
+        if self.run_calibration is None:
+            self.run_calibration = Calibration.from_samples(timed[-1])
+            self._guard = DriftGuard(self.run_calibration)
+        from datetime import datetime, timezone
+
+        return PinnedCalibration.from_windows(timed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def _time_reference(self, seconds: float) -> list[float]:
+        """Per-run ms of the reference alone, ``seconds`` of it after warm-up."""
+        worker = self._ensure_worker()
+        # Our own small model, under the profile's memory limit and its timeout (absurd thread counts
+        # show up here first); the timeout is per model, so the reference gets at least its floor.
+        timeout_s = min(max(self.profile.timeout_s, CALIBRATION_FLOOR_S), CALIBRATION_TIMEOUT_S)
+        try:
+            reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
+                                    "reference_path": str(self._reference()), "seconds": seconds},
+                                   timeout_s=timeout_s, memory_limit_mb=self.profile.memory_limit_mb)
+        except WorkerDied as e:
+            self._worker = None
+            raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
+        return reply["reference_ms"]
 
     def fingerprint(self) -> dict[str, Any]:
         return machine_fingerprint(self.profile)
@@ -261,6 +308,28 @@ class Runner:
             self._reference_path = Path(self._tmp.name) / "reference.onnx"
             self._reference_path.write_bytes(reference_model())
         return self._reference_path
+
+def pinned_calibration(store, runner: Runner, *, redo: bool = False,
+                       log: Callable[[str], None] | None = None) -> PinnedCalibration:
+    """The machine's pinned calibration for the runner's runtime settings, from ``store``; measured (and
+    stored) when the store has none, or when ``redo``. Making it is said in one line on ``log``."""
+    from ltsedge.keys import calibration_key, runtime_settings
+
+    fingerprint = runner.fingerprint()
+    key = calibration_key(fingerprint, runner.profile)
+    stored = None if redo else store.get_calibration(*key)
+    if stored is not None:
+        try:
+            return PinnedCalibration.from_dict(stored)
+        except ValueError:
+            pass  # damaged: measured again, and replaced
+    if not redo:
+        (log or _note)(f"no pinned calibration of this machine with {runner.profile.name}'s runtime settings yet: "
+                       f"measuring it once ({PIN_WINDOWS} x {PIN_WINDOW_S:g} s of the reference model)")
+    pinned = runner.measure_pinned()
+    store.put_calibration(*key, pinned.to_dict(), fingerprint=fingerprint, settings=runtime_settings(runner.profile))
+    return pinned
+
 
 def measure(model: Model, profile: DeviceProfile, *, shapes: dict[str, list[int]] | None = None,
             **runner_options: Any) -> Measurement:

@@ -29,6 +29,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.runners.policy import Calibration
+from ltsedge.runners.runner import pinned_calibration
 from ltsedge.search import report
 from ltsedge.search.baseline import seeds_in_space
 from ltsedge.search.budgets import Budgets
@@ -170,7 +171,8 @@ class SearchRun:
         candidates = evaluator.candidates()
         publish_started = time.time()
         finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
-                          outdir, runner_factory=self.runner_factory, log=self.log, with_baseline=not interrupted)
+                          outdir, runner_factory=self._pinned_factory(runner.calibrate()), log=self.log,
+                          with_baseline=not interrupted)
         summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
         summary["publish_seconds"] = time.time() - publish_started  # strict re-measurement, baseline, files
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
@@ -234,12 +236,25 @@ class SearchRun:
             save_checkpoint(self.out_dir, identity, algorithm, self.state)  # the generation is complete
 
     def _calibrate(self, runner: Runner, identity: str) -> None:
-        """The run's calibration of the reference model: a resumed run keeps the one it started with,
-        so its milliseconds stay in one scale (and the drift guard its baseline)."""
+        """The run's scale of milliseconds: the machine's pinned calibration (from the store); a resumed run
+        keeps the one it started with, so its milliseconds stay in one scale. A local runner's drift guard
+        keeps to the run's own calibration (an old runner without pinning: to the saved one)."""
         saved = peek_calibration(self.out_dir, identity)
+        pin = getattr(runner, "use_pinned", None)  # a fleet's agents pin their own
         if saved is not None:
-            runner.use_calibration(_saved_calibration(saved, self.out_dir / CHECKPOINT))
+            (pin or runner.use_calibration)(_saved_calibration(saved, self.out_dir / CHECKPOINT))
+        elif pin is not None:
+            pin(pinned_calibration(self.store, runner, log=self.log))
         self.state.calibration = runner.calibrate().to_dict()
+
+    def _pinned_factory(self, scale: Calibration) -> Callable[..., Runner]:
+        """Runners for the finishing step (the frontier's strict re-measurement) in the search's scale."""
+        def make(profile: DeviceProfile, **options) -> Runner:
+            runner = self.runner_factory(profile, **options)
+            if hasattr(runner, "use_pinned"):
+                runner.use_pinned(scale)
+            return runner
+        return make
 
     def _tick(self) -> None:
         if self.progress:

@@ -1,0 +1,284 @@
+"""The machine's pinned calibration (milliseconds that repeat between runs) and check's marginal verdicts."""
+
+from __future__ import annotations
+
+import sqlite3
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ltsedge import store as store_module
+from ltsedge.check import run_check
+from ltsedge.devices import load_profile
+from ltsedge.keys import calibration_key, runtime_settings
+from ltsedge.profiling import profile_model
+from ltsedge.runners import Runner
+from ltsedge.runners import runner as runner_module
+from ltsedge.runners.policy import Calibration, PinnedCalibration
+from ltsedge.runners.runner import pinned_calibration
+from ltsedge.store import MeasurementStore
+from tests.helpers import FAST_DEVICE, fake_fingerprint, ltsedge_cli, meas, no_traceback
+
+FAST = load_profile("cpu").replace(name="fast", min_runs=3, max_runs=5, max_seconds=1.0, warmup=1,
+                                   drift_check_every=1, sequence=16, tolerance=0.05)
+JUNIT_SCHEMA = Path(__file__).parent / "data" / "junit-10.xsd"
+
+
+class ScriptedRunner(Runner):
+    """A Runner without a worker: the reference alone runs at ``machine_ms`` (every window and the run's own
+    calibration), and each model at twice the reference timed beside it (``beside_ms``)."""
+
+    def __init__(self, profile, machine_ms: float, beside_ms: float | None = None, **options):
+        super().__init__(profile, **options)
+        self.machine_ms, self.beside_ms = machine_ms, beside_ms or machine_ms
+        self.reference_windows = 0
+
+    def fingerprint(self):
+        return fake_fingerprint(self.profile)
+
+    def _time_reference(self, seconds):
+        self.reference_windows += 1
+        return [self.machine_ms] * 10
+
+    def _measure_path(self, path, shapes, race):
+        self.calibrate()
+        ref = [self.beside_ms] * 8
+        samples = {"model_ms": [2 * r for r in ref], "reference_ms": ref, "converged": True,
+                   "stopped_early": False, "runs_per_sample": 1}
+        return self._to_measurement({"ok": True, "workloads": {"forward": samples}, "peak_memory_mb": 1.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# Made once, reused, redone on request
+# ---------------------------------------------------------------------------------------------
+def test_the_pinned_calibration_is_made_once_and_reused(tmp_path):
+    lines = []
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        with ScriptedRunner(FAST, machine_ms=10.0) as first:
+            pinned = pinned_calibration(store, first, log=lines.append)
+            assert first.reference_windows == runner_module.PIN_WINDOWS and len(lines) == 1
+            assert "measuring it once" in lines[0]
+        with ScriptedRunner(FAST, machine_ms=13.0) as second:  # another run, a busier machine
+            again = pinned_calibration(store, second, log=lines.append)
+            second.use_pinned(again)
+            m = second.measure(b"model")
+        assert second.reference_windows == 1 and len(lines) == 1  # its own calibration only, said nothing
+    assert again == pinned and again.reference_ms == 10.0 and again.windows == (10.0,) * runner_module.PIN_WINDOWS
+    assert m.latency_ratio == pytest.approx(2.0) and m.latency_ms == pytest.approx(2.0 * 10.0)
+    assert m.calibration_ms == 10.0 and second.run_calibration.reference_ms == 13.0
+
+
+def test_profile_pins_once_and_reports_the_run_s_own_calibration(tmp_path, arch_file, monkeypatch):
+    made = []
+    real = Runner.measure_pinned
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Runner, "measure_pinned", counted)
+    device = tmp_path / "fast.toml"
+    device.write_text(FAST_DEVICE)
+    store = tmp_path / "s.sqlite"
+    first = profile_model(arch_file(), str(device), store_path=store)
+    second = profile_model(arch_file(), str(device), store_path=store, fresh=True)
+    assert len(made) == 1  # the second run found it in the store
+    with MeasurementStore(store) as s:
+        pinned = s.get_calibration(*calibration_key(first["fingerprint"], load_profile(str(device))))["reference_ms"]
+    for r in (first, second):
+        assert r["ok"] and not r["cached"] and r["calibration_ms"] == pinned
+        assert r["latency_ms"] == pytest.approx(r["latency_ratio"] * pinned)
+        assert r["run_calibration_ms"] > 0  # this run's own, beside it
+
+
+def test_calibrate_command_redoes_it(tmp_path):
+    device = tmp_path / "fast.toml"
+    device.write_text(FAST_DEVICE)
+    store = tmp_path / "s.sqlite"
+    profile = load_profile(str(device))
+    with MeasurementStore(store) as s, Runner(profile) as runner:
+        key = calibration_key(runner.fingerprint(), profile)
+        s.put_calibration(*key, PinnedCalibration(123.0, 0.01, 0.02, (123.0,)).to_dict(),
+                          fingerprint=runner.fingerprint(), settings=runtime_settings(profile))
+    proc = no_traceback(ltsedge_cli("calibrate", "--device", device, "--store", store))
+    assert proc.returncode == 0, proc.stderr
+    assert "pinned calibration on fast: reference" in proc.stdout and "windows:" in proc.stdout
+    assert "spread between them" in proc.stdout and "previously pinned: 123.000 ms" in proc.stdout
+    with MeasurementStore(store) as s:
+        redone = PinnedCalibration.from_dict(s.get_calibration(*key))
+    assert redone.reference_ms != 123.0 and len(redone.windows) == runner_module.PIN_WINDOWS
+    assert f"reference {redone.reference_ms:.3f} ms" in proc.stdout
+
+
+def test_calibrate_command_bad_input(tmp_path):
+    proc = no_traceback(ltsedge_cli("calibrate", "--device", "no-such-device"))
+    assert proc.returncode == 2 and "no-such-device" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The store: schema and key
+# ---------------------------------------------------------------------------------------------
+def test_a_version_2_store_migrates_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "m.sqlite"
+    key = ("sha256:" + "a" * 64, "fp", "st", "1.20.0")
+    with MeasurementStore(path) as s:
+        s.put(*key, {"ok": True, "latency_ms": 1.0}, fingerprint={}, settings={})
+    conn = sqlite3.connect(path)  # as ltsedge wrote it before pinned calibrations existed
+    conn.execute("DROP TABLE calibrations")
+    conn.execute("UPDATE schema_version SET version = 2")
+    conn.commit()
+    conn.close()
+    with MeasurementStore(path) as s:
+        assert s.get(*key) == {"ok": True, "latency_ms": 1.0}
+        assert s.get_calibration("fp", "st", "1.20.0") is None
+        s.put_calibration("fp", "st", "1.20.0", {"reference_ms": 2.0}, fingerprint={}, settings={})
+        assert s.get_calibration("fp", "st", "1.20.0") == {"reference_ms": 2.0}
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(store_module.SCHEMA_VERSION,)]
+    assert store_module.SCHEMA_VERSION == 3
+    conn.close()
+
+
+def test_the_key_separates_machines_and_runtime_settings(tmp_path):
+    fp = fake_fingerprint(FAST)
+    base = calibration_key(fp, FAST)
+    assert calibration_key(fp, FAST.replace(intra_op_threads=2)) != base  # another runtime: another speed
+    assert calibration_key(fake_fingerprint(FAST, cpu_model="Other CPU"), FAST) != base
+    assert calibration_key(fake_fingerprint(FAST, onnxruntime="1.19.0"), FAST)[2] == "1.19.0"
+    # the workload and repeat policy do not change how fast the reference runs: check's stricter
+    # re-measurement and a search's finishing step share the machine's calibration
+    assert calibration_key(fp, FAST.replace(min_runs=5, max_runs=50, sequence=64, tolerance=0.01)) == base
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        with ScriptedRunner(FAST, machine_ms=10.0) as runner:
+            pinned_calibration(store, runner, log=lambda line: None)
+        with ScriptedRunner(FAST.replace(intra_op_threads=2), machine_ms=6.0) as runner:
+            other = pinned_calibration(store, runner, log=lambda line: None)
+            assert runner.reference_windows == runner_module.PIN_WINDOWS  # measured, not the other's
+        assert other.reference_ms == 6.0
+        assert PinnedCalibration.from_dict(store.get_calibration(*base)).reference_ms == 10.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Milliseconds that repeat
+# ---------------------------------------------------------------------------------------------
+def test_pinned_milliseconds_do_not_follow_the_run_s_calibration():
+    pinned = PinnedCalibration(10.0, 0.0, 0.02, (10.0,) * 5)
+    figures = {}
+    for busy in (10.0, 13.0):  # the machine at start-up: quiet, then 30% slower (and so while timing)
+        logs = []
+        with ScriptedRunner(FAST, machine_ms=busy, pinned=pinned, log=logs.append) as runner:
+            (m,) = runner.measure_many([b"model"])
+        figures[busy] = m
+        assert runner.run_calibration.reference_ms == busy and not m.drift_remeasured and logs == []
+        with ScriptedRunner(FAST, machine_ms=busy) as unpinned:  # before: ms = ratio x the run's own
+            assert unpinned.measure(b"model").latency_ms == pytest.approx(2 * busy)
+    assert figures[10.0].latency_ms == figures[13.0].latency_ms == pytest.approx(20.0)
+    assert figures[13.0].calibration_ms == 10.0
+    assert pinned.state(Calibration(13.0, 0.0)) == "this run: the machine 30% slower than calibrated"
+    assert pinned.state(Calibration(10.1, 0.0)) is None  # within the noise
+
+
+def test_the_drift_guard_keeps_to_the_run_s_own_calibration():
+    pinned = PinnedCalibration(10.0, 0.0, 0.02, (10.0,) * 5)
+    logs = []
+    # quiet at start-up (10 ms), then 30% slower while the model is timed: drift within this run
+    with ScriptedRunner(FAST, machine_ms=10.0, beside_ms=13.0, pinned=pinned, log=logs.append) as runner:
+        (m,) = runner.measure_many([b"model"])
+    assert m.drift_remeasured and "ran +30%" in logs[0]
+    assert m.latency_ms == pytest.approx(20.0)  # the ratio cancels it; ms through the pinned scale
+
+
+# ---------------------------------------------------------------------------------------------
+# check: marginal within the machine's between-run spread
+# ---------------------------------------------------------------------------------------------
+class FakeMeasure:
+    def __init__(self, value):
+        self.value, self.calls = value, 0
+
+    def __call__(self, profile, jobs):
+        self.calls += 1
+        return [meas(self.value) for _ in jobs]
+
+
+def checked(tmp_path, limit, *, spread, marginal, value=10.0):
+    model = tmp_path / "a.onnx"
+    model.write_bytes(b"not parsed: measured by the fake")
+    return run_check([model], FAST, max_latency_ms=limit, measure=FakeMeasure(value), log=lambda line: None,
+                     fingerprint=fake_fingerprint(FAST), spread=spread, marginal=marginal)
+
+
+def junit_root(report, tmp_path):
+    import xmlschema
+
+    path = tmp_path / "report.xml"
+    report.write_junit(path)
+    xmlschema.XMLSchema(str(JUNIT_SCHEMA)).validate(str(path))
+    return ET.parse(path).getroot()
+
+
+@pytest.mark.parametrize("limit", [9.0, 11.0])  # over the budget this time, and under it
+def test_a_budget_inside_the_spread_band_is_marginal_and_the_policy_decides(tmp_path, limit):
+    # 10 ms +-5% (the tolerance) lies clear of 9 and 11; widened by a 20% between-run spread it does not
+    assert not checked(tmp_path, limit, spread=0.0, marginal="pass").checks[0].marginal
+    for policy, code, verdict in (("pass", 0, "marginal pass"), ("fail", 1, "marginal fail")):
+        report = checked(tmp_path, limit, spread=0.2, marginal=policy)
+        (c,) = report.checks
+        assert c.marginal and c.verdict == verdict and report.exit_code == code
+        out = report.to_json()
+        assert out["marginal_policy"] == policy and out["between_run_spread"] == 0.2
+        assert out["results"][0]["checks"][0]["between_run_spread"] == 0.2
+        assert "between-run spread 20.0%" in c.message() and f"counted as {policy}" in c.message()
+        case = junit_root(report, tmp_path).find(".//testcase")
+        failure = case.find("failure")
+        assert (failure is not None) == (policy == "fail")
+        if failure is not None:
+            assert failure.get("type") == "Marginal" and "marginal" in failure.get("message")
+        assert "counted as " + policy in case.find("system-out").text
+
+
+def test_without_a_policy_a_marginal_check_follows_its_value(tmp_path):
+    (c,) = checked(tmp_path, 9.0, spread=0.2, marginal=None).checks
+    assert c.marginal and c.verdict == "marginal fail"
+    (c,) = checked(tmp_path, 11.0, spread=0.2, marginal=None).checks
+    assert c.marginal and c.verdict == "marginal pass"
+
+
+def test_memory_is_not_widened_by_the_machine_s_speed(tmp_path):
+    model = tmp_path / "a.onnx"
+    model.write_bytes(b"x")
+    report = run_check([model], FAST, max_memory_mb=90.0, measure=FakeMeasure(10.0), log=lambda line: None,
+                       fingerprint=fake_fingerprint(FAST), spread=0.5, marginal="pass")
+    (c,) = report.checks
+    assert not c.marginal and c.verdict == "FAIL" and report.exit_code == 1
+
+
+def test_check_marginal_option(tmp_path, monkeypatch):
+    import ltsedge.check
+
+    seen = []
+
+    class Report:
+        exit_code = 0
+
+        def to_json(self):
+            return {}
+
+    def fake_run_check(models, device, **options):
+        seen.append(options["marginal"])
+        return Report()
+
+    monkeypatch.setattr(ltsedge.check, "run_check", fake_run_check)
+    model = tmp_path / "a.onnx"
+    model.write_bytes(b"x")
+    for env, option, expected in (({"CI": ""}, [], "pass"), ({"CI": "true"}, [], "fail"), ({"CI": "0"}, [], "pass"),
+                                  ({"CI": "1"}, ["--marginal", "pass"], "pass")):
+        assert ltsedge_cli("check", model, "--json", *option, env=env).returncode == 0
+        assert seen[-1] == expected
+    help_text = ltsedge_cli("check", "--help", env={"COLUMNS": "200"}).stdout
+    assert "--marginal" in help_text and "CI" in help_text
+
+
+def test_check_marginal_bad_value(tmp_path):
+    proc = no_traceback(ltsedge_cli("check", tmp_path / "a.onnx", "--marginal", "maybe"))
+    assert proc.returncode == 2 and "--marginal 'maybe'" in proc.stderr
