@@ -83,14 +83,14 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         cached = measurement is not None
         machine = {"run_calibration_ms": None, "machine_state": None}
         if measurement is None:
-            if hasattr(runner, "use_pinned"):  # a fleet's agents pin their own
-                runner.use_pinned(pinned_calibration(store, runner))
             onnx_path = path
             if arch is not None and sha256 is None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
                 export_model(arch, target_ort=target_ort, variant=variant, precision=precision,
                              execution_provider=profile.execution_provider).save(onnx_path, digest=False)
                 check_shapes(onnx_path, shapes or {}, profile, str(path))
+            if hasattr(runner, "use_pinned"):  # after the input is checked; a fleet's agents pin their own
+                runner.use_pinned(pinned_calibration(store, runner))
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
             machine = _machine_state(runner)
             store.put(*store_key, measurement, fingerprint=fingerprint,
