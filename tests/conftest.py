@@ -1,48 +1,12 @@
-"""Shared test helpers: tiny architectures (small vocabularies, short sequences, few layers)."""
+"""Shared fixtures. The plain helpers (tiny architectures, the CLI runners, reference checks) live in
+tests/helpers.py; the tiny architectures are re-exported here for the modules that import them from conftest."""
 
 from __future__ import annotations
-
-import random
 
 import pytest
 
 from ltsedge.architecture import Architecture
-from ltsedge.space import SearchSpace
-
-TINY_VOCAB = 500
-
-
-def tiny_arch(**overrides) -> Architecture:
-    fields = dict(n_layer=2, d_model=64, n_head=[2, 4], d_inner=[128, 192], vocab_size=TINY_VOCAB, n_positions=64)
-    fields.update(overrides)
-    return Architecture(**fields)
-
-
-def tiny_space(**overrides) -> SearchSpace:
-    """A small space of small models: fast to export and measure."""
-    fields = dict(n_layer=(1, 2, 3), d_model=(32, 64), n_head=(2, 4), d_inner=tuple(range(64, 257, 32)),
-                  d_embed=(16, 32, 64), div_val=(1, 2), vocab_size=TINY_VOCAB, n_positions=64)
-    fields.update(overrides)
-    return SearchSpace(**fields)
-
-
-def random_tiny_archs(n: int, seed: int) -> list[Architecture]:
-    """Random heterogeneous tiny architectures, a third of them with adaptive embeddings."""
-    rng = random.Random(seed)
-    archs = []
-    for _ in range(n):
-        d_model = rng.choice([32, 48, 64, 96])
-        n_layer = rng.randint(1, 3)
-        adaptive = rng.random() < 0.67
-        archs.append(Architecture(
-            n_layer=n_layer, d_model=d_model,
-            n_head=[rng.choice([1, 2, 4, 8]) for _ in range(n_layer)],
-            d_inner=[rng.randint(16, 300) for _ in range(n_layer)],
-            d_embed=rng.choice([16, 32, 64]) if adaptive else None,
-            div_val=rng.choice([1, 2, 4]) if adaptive else 1,
-            vocab_size=rng.randint(200, 800), n_positions=rng.choice([32, 64]),
-        ))
-    return archs
+from tests.helpers import TINY_VOCAB, random_tiny_archs, tiny_arch, tiny_space  # noqa: F401 (re-exported)
 
 
 @pytest.fixture
@@ -52,3 +16,35 @@ def arch_file(tmp_path):
         path.write_text(text if text is not None else (arch or tiny_arch()).to_json())
         return path
     return write
+
+
+# Slow tests in modules that were being edited by others when the `slow` marks were applied: marked here
+# until each carries its own @pytest.mark.slow (then delete its entry). Searches, fleets, long measurements.
+SLOW_ELSEWHERE = {
+    "test_cli_profile.py": {
+        "test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile",
+        "test_a_failure_caused_by_a_limit_is_not_answered_from_the_store",
+        "test_profile_with_a_shape_is_keyed_by_that_shape",
+        "test_profile_json_of_an_architecture_then_from_the_store",
+        "test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache",
+        "test_profile_json_of_a_file_carries_its_sha256",
+        "test_the_measuring_worker_never_imports_from_the_working_directory",
+        "test_profile_of_an_onnx_file_prints_a_table",
+    },
+    "test_bad_input.py": {"test_a_search_whose_every_measurement_failed_exits_1_and_says_why"},
+    "test_safety_search.py": {
+        "test_rerunning_a_finished_or_killed_while_publishing_search_publishes_without_evolving",
+        "test_a_damaged_checkpoint_or_log_is_one_line",
+        "test_a_model_with_external_data_is_measured_on_the_fleet_and_its_figure_served_here",
+    },
+    "test_bundle.py": {
+        "test_onnxruntime_genai_generates_the_reference_tokens",
+        "test_bundle_with_trained_weights_matches_the_reference",
+    },
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.originalname in SLOW_ELSEWHERE.get(item.path.name, ()):
+            item.add_marker(pytest.mark.slow)

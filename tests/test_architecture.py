@@ -6,7 +6,7 @@ import pytest
 
 from ltsedge.architecture import Architecture, default_cutoffs
 from ltsedge.errors import LtsedgeError
-from tests.conftest import random_tiny_archs, tiny_arch
+from tests.helpers import random_tiny_archs, tiny_arch
 
 ISSUE_EXAMPLE = {"backbone": "gpt2", "n_layer": 3, "d_model": 256, "n_head": [2, 2, 2],
                  "d_inner": [3072, 3776, 3904], "d_embed": 256, "div_val": 1, "vocab_size": 50257,

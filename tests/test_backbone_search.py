@@ -17,7 +17,7 @@ from ltsedge.generation import greedy
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
-from tests.test_search import run_cli
+from tests.helpers import ltsedge_cli
 
 BUNDLE_WITH_GENAI = {"model.onnx", "genai_config.json", "config.json", "generation_config.json"}
 
@@ -46,6 +46,7 @@ def published(result) -> list[dict]:
 
 
 @pytest.mark.parametrize("backbone", ["transfo_xl", "opt"])
+@pytest.mark.slow
 def test_a_tiny_search_of_another_backbone_publishes_models_that_generate(tmp_path, backbone):
     result = tiny_search(tmp_path, backbone=backbone)
     models = published(result)
@@ -62,6 +63,7 @@ def test_a_tiny_search_of_another_backbone_publishes_models_that_generate(tmp_pa
         assert all(m["architecture"]["d_embed"] == m["architecture"]["d_model"] for m in models)
 
 
+@pytest.mark.slow
 def test_a_search_over_block_types_keeps_to_the_par_rules(tmp_path):
     space = tmp_path / "par.toml"
     space.write_text('[space]\nn_layer = [2, 3, 4]\nd_model = [32, 64]\nn_head = [2, 4]\nd_inner = [64, 128, 192]\n'
@@ -76,11 +78,11 @@ def test_a_search_over_block_types_keeps_to_the_par_rules(tmp_path):
 
 
 def test_backbone_options_are_checked(tmp_path):
-    proc = run_cli("search", "--preset", "smoke", "--backbone", "bert", "--out", tmp_path / "o", "--quiet")
+    proc = ltsedge_cli("search", "--preset", "smoke", "--backbone", "bert", "--out", tmp_path / "o", "--quiet")
     assert proc.returncode == 2 and "unknown backbone 'bert'" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("search", "--preset", "opt", "--backbone", "gpt2", "--out", tmp_path / "o", "--quiet")
+    proc = ltsedge_cli("search", "--preset", "opt", "--backbone", "gpt2", "--out", tmp_path / "o", "--quiet")
     assert proc.returncode == 2 and "preset opt searches backbone opt, not gpt2" in proc.stderr
     space = tmp_path / "s.toml"
     space.write_text('backbone = "opt"\n')
-    proc = run_cli("search", "--space", space, "--backbone", "transfo_xl", "--out", tmp_path / "o", "--quiet")
+    proc = ltsedge_cli("search", "--space", space, "--backbone", "transfo_xl", "--out", tmp_path / "o", "--quiet")
     assert proc.returncode == 2 and "contradicts --backbone transfo_xl" in proc.stderr

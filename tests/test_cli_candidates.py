@@ -1,21 +1,19 @@
-"""`ltsedge space | params | export` as a user runs them (a real subprocess: exit codes, no tracebacks)."""
+"""`ltsedge space | params | export` as a user runs them (through the CLI's entry point: exit codes, no
+tracebacks)."""
 
 import json
-import subprocess
-import sys
 
 import onnxruntime as ort
 import pytest
 
 from ltsedge.exporters import architecture_of
-from tests.conftest import tiny_arch
+from tests.helpers import ltsedge_cli, no_traceback, tiny_arch
 
 
 def run(*args, check_rc=None):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+    proc = no_traceback(ltsedge_cli(*args))
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr
-    assert "Traceback" not in proc.stderr
     return proc
 
 

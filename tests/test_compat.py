@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import onnx
 import pytest
@@ -24,7 +23,7 @@ from ltsedge.ortcompat import (
     target_for,
     writer_limits,
 )
-from tests.conftest import tiny_arch
+from tests.helpers import ltsedge_cli, tiny_arch
 
 OLD_PYTHON = os.environ.get("LTSEDGE_OLD_ORT_PYTHON")
 
@@ -119,10 +118,8 @@ def test_model_for_an_older_runtime_loads_and_runs_in_it(tmp_path):
 
 def test_cli_export_with_target(tmp_path, arch_file):
     out = tmp_path / "m.onnx"
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch_file()), "-o", str(out),
-                           "--target-ort", "1.20"], capture_output=True, text=True)
+    proc = ltsedge_cli("export", arch_file(), "-o", out, "--target-ort", "1.20")
     assert proc.returncode == 0, proc.stderr
     assert onnx.load(str(out)).ir_version == target_for("1.20").ir_version
-    bad = subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch_file()), "-o", str(out),
-                          "--target-ort", "0.5"], capture_output=True, text=True)
+    bad = ltsedge_cli("export", arch_file(), "-o", out, "--target-ort", "0.5")
     assert bad.returncode == 2 and "lacks opset 17" in bad.stderr

@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -29,7 +27,7 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.run import SearchRun
 from ltsedge.search.screening import MEASURE_SHARE, Screen, Verdict, audited, plan, promise
 from ltsedge.store import MeasurementStore
-from tests.conftest import tiny_arch, tiny_space
+from tests.helpers import ltsedge_cli, tiny_arch, tiny_space
 
 PROFILE = load_profile("cpu").replace(sequence=16, context=16)
 
@@ -248,6 +246,7 @@ def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite", seed
                          runner_factory=LinearMachine).run()
 
 
+@pytest.mark.slow
 def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_path):
     result = linear_search(tmp_path, "front")
     by_source = {}
@@ -284,6 +283,7 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
         assert len(measured) <= math.ceil(MEASURE_SHARE * 16)
 
 
+@pytest.mark.slow
 def test_a_second_search_on_the_same_machine_predicts_from_its_first_generation(tmp_path):
     linear_search(tmp_path, "front", seed=3)
     second = linear_search(tmp_path, "front", seed=4)  # same store: the first search's figures train it
@@ -294,12 +294,14 @@ def test_a_second_search_on_the_same_machine_predicts_from_its_first_generation(
     assert warm_measured < cold_measured  # warm: predicted from the start
 
 
+@pytest.mark.slow
 def test_measure_all_measures_every_candidate(tmp_path):
     result = linear_search(tmp_path, "all")
     assert not any(c.predicted for c in result.candidates)
     assert {c.arch.id for c in result.candidates} <= set(LinearMachine.measured)
 
 
+@pytest.mark.slow
 def test_the_predicted_search_finds_the_front_of_measuring_everything(tmp_path):
     """On an exact machine, screening loses nothing: the published front is the one measuring every
     candidate finds, or dominates it (it evaluated the same offspring where their figures agreed)."""
@@ -310,24 +312,20 @@ def test_the_predicted_search_finds_the_front_of_measuring_everything(tmp_path):
 
 
 # --- the commands ------------------------------------------------------------------------------------
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-
-
 @pytest.mark.slow
 def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
     store, arch = tmp_path / "s.sqlite", tmp_path / "arch.json"
     arch.write_text(Architecture(n_layer=2, d_model=64, n_head=[2, 4], d_inner=[128, 96], d_embed=32, div_val=2,
                                  vocab_size=512, n_positions=64).to_json())
-    refused = run_cli("predict", arch, "--preset", "smoke", "--store", store)
+    refused = ltsedge_cli("predict", arch, "--preset", "smoke", "--store", store)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "ltsedge costmodel --device cpu --preset smoke" in refused.stderr
-    built = run_cli("costmodel", "--preset", "smoke", "--samples", "12", "--store", store, "--json")
+    built = ltsedge_cli("costmodel", "--preset", "smoke", "--samples", "12", "--store", store, "--json")
     assert built.returncode == 0, built.stderr
     report = json.loads(built.stdout)
     assert report["samples"] >= MIN_SAMPLES and report["ready"] and set(report["accuracy"]) == {
         "prefill", "decode", "memory"}
-    answer = run_cli("predict", arch, "--preset", "smoke", "--store", store, "--json")
+    answer = ltsedge_cli("predict", arch, "--preset", "smoke", "--store", store, "--json")
     assert answer.returncode == 0, answer.stderr
     figures = json.loads(answer.stdout)
     decode = figures["workloads"]["decode"]
@@ -336,7 +334,7 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
     huge = tmp_path / "huge.json"  # far outside the smoke space: a warning, wider intervals, still figures
     huge.write_text(Architecture(n_layer=8, d_model=256, n_head=[4] * 8, d_inner=[1024] * 8, vocab_size=512,
                                  n_positions=64).to_json())
-    far = run_cli("predict", huge, "--preset", "smoke", "--store", store)
+    far = ltsedge_cli("predict", huge, "--preset", "smoke", "--store", store)
     assert far.returncode == 0 and "extrapolates" in far.stderr and "peak memory" in far.stdout
-    elsewhere = run_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
+    elsewhere = ltsedge_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
     assert elsewhere.returncode == 2 and "no cost model" in elsewhere.stderr

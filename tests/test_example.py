@@ -10,20 +10,22 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.generation import greedy
+from tests.helpers import ltsedge_cli
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_and_export.py"
 
 
+@pytest.mark.slow
 def test_search_pick_train_export_generate(tmp_path):
     out = tmp_path / "search"
-    search = subprocess.run([sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", "1",
-                             "--out", out, "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline"],
-                            capture_output=True, text=True)
+    search = ltsedge_cli("search", "--preset", "smoke", "--generations", "1", "--out", out,
+                         "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline")
     assert search.returncode == 0, search.stderr
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the cat sat on the mat. " * 200)

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,8 +16,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed", reason="Dask's distributed is not installed")
+pytestmark = pytest.mark.slow  # every test here starts processes: a fleet, or a search that waits on one
 
-from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV  # noqa: E402
+from ltsedge.runners.worker import FAULT_KEY  # noqa: E402
+# start, free_port and wait_for are imported from here by other test modules too (test_safety_search)
+from tests.helpers import free_port, ltsedge_process, start, tiny_arch, wait_for  # noqa: E402,F401
 
 DEVICE = """name = "fleet"
 [workload]
@@ -31,26 +33,6 @@ max_runs = 8
 max_seconds = 1.0
 tolerance = 0.1
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(args, log: Path) -> subprocess.Popen:
-    # The agents' workers obey the test-only fault switch (models that crash them on purpose).
-    env = {**os.environ, TEST_FAULTS_ENV: "1"}
-    return subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
-
-
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.time() + seconds
-    while not predicate():
-        if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def candidate_records(out: Path) -> list[dict]:
@@ -153,26 +135,23 @@ def test_profile_and_check_on_the_fleet(tmp_path, fleet):
     arch = tmp_path / "arch.json"
     arch.write_text(json.dumps({"n_layer": 1, "d_model": 32, "n_head": [2], "d_inner": [64], "vocab_size": 100,
                                 "n_positions": 32}))
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "profile", str(arch), "--device", str(device), "--json",
-                           "--store", str(tmp_path / "s.sqlite"), "--scheduler", address], capture_output=True,
-                          text=True, timeout=120)
+    proc = ltsedge_process("profile", arch, "--device", device, "--json", "--store", tmp_path / "s.sqlite",
+                           "--scheduler", address, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["ok"] and result["agent"] and result["fingerprint"]["onnxruntime"]
     model = tmp_path / "m.onnx"
-    assert subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch), "-o", str(model)]).returncode == 0
-    check = subprocess.run([sys.executable, "-m", "ltsedge", "check", str(model), "--device", str(device),
-                            "--max-latency-ms", "1000", "--json", "--scheduler", address], capture_output=True,
-                           text=True, timeout=120)
+    assert ltsedge_process("export", arch, "-o", model).returncode == 0
+    check = ltsedge_process("check", model, "--device", device, "--max-latency-ms", "1000", "--json",
+                            "--scheduler", address, timeout=120)
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["results"][0]["measurement"]["agent"]
 
 
 def test_no_agent_or_no_scheduler_is_a_clear_error(tmp_path):
     port = free_port()
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--out", str(tmp_path / "o"),
-                           "--store", str(tmp_path / "s.sqlite"), "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}"],
-                          capture_output=True, text=True, timeout=120)
+    proc = ltsedge_process("search", "--preset", "smoke", "--out", tmp_path / "o", "--store", tmp_path / "s.sqlite",
+                           "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}", timeout=120)
     assert proc.returncode == 2 and "cannot reach the scheduler" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -183,7 +162,6 @@ def test_a_hung_agent_does_not_hang_the_search(tmp_path, fleet, monkeypatch):
     from ltsedge.exporters import export_model
     from ltsedge.runners import remote
     from ltsedge.runners.remote import RemoteRunner
-    from tests.conftest import tiny_arch
 
     address, device, procs = fleet
     monkeypatch.setattr(remote, "ANSWER_SLACK_S", 3.0)
@@ -214,7 +192,6 @@ def test_a_board_in_trouble_gets_a_second_try_on_the_fleet(tmp_path, fleet):
     from ltsedge.devices import load_profile
     from ltsedge.exporters import export_model
     from ltsedge.runners.remote import RemoteRunner
-    from tests.conftest import tiny_arch
 
     address, device, _ = fleet
 

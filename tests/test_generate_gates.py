@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
-from tests.test_cli_profile import GENERATE_DEVICE, run
+from tests.helpers import GENERATE_DEVICE, ltsedge_cli, no_traceback
+
+
+def run(*args):
+    return no_traceback(ltsedge_cli(*args))
 
 
 def test_check_gates_the_decode_and_prefill_latencies(tmp_path, arch_file):
@@ -30,6 +36,7 @@ def test_check_gates_the_decode_and_prefill_latencies(tmp_path, arch_file):
     assert checks["decode"]["verdict"] == "FAIL" and checks["prefill"]["passed"]
 
 
+@pytest.mark.slow
 def test_a_search_can_optimise_the_prefill(tmp_path):
     options = SearchOptions(preset="smoke", out=tmp_path / "out", generations=1, seed=5, objective="prefill",
                             store_path=tmp_path / "store.sqlite", quiet=True, baseline=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import ltsedge_cli, ltsedge_process, no_traceback
 
 BLOCKER = '''
 import sys
@@ -26,33 +26,38 @@ sys.meta_path.insert(0, _NoSearchExtra())
 
 
 def light(tmp_path: Path, *args, cwd=None):
+    """``ltsedge ARGS`` in a process whose torch and pymoo imports fail (a process: the block is installed
+    at interpreter start-up)."""
     block = tmp_path / "block"
     block.mkdir(exist_ok=True)
     (block / "sitecustomize.py").write_text(BLOCKER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(block), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    path = os.pathsep.join([str(block), os.environ.get("PYTHONPATH", "")])
+    return no_traceback(ltsedge_process(*args, env={"PYTHONPATH": path}, cwd=cwd))
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory):
+def light_arch(tmp_path_factory) -> Path:
+    """A tiny architecture file."""
+    arch = tmp_path_factory.mktemp("light-arch") / "arch.json"
+    arch.write_text(json.dumps({"n_layer": 1, "d_model": 32, "n_head": [2], "d_inner": [64], "vocab_size": 100,
+                                "n_positions": 32}))
+    return arch
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, light_arch):
     """A tiny search and an exported model, made with the full install."""
     tmp = tmp_path_factory.mktemp("light")
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "search", "--preset", "smoke", "--generations", "1",
-                           "--out", str(out), "--store", str(tmp / "s.sqlite"), "--quiet", "--no-baseline"],
-                          capture_output=True, text=True)
+    proc = ltsedge_cli("search", "--preset", "smoke", "--generations", "1", "--out", out, "--store", tmp / "s.sqlite",
+                       "--quiet", "--no-baseline")
     assert proc.returncode == 0, proc.stderr
-    arch = tmp / "arch.json"
-    arch.write_text(json.dumps({"n_layer": 1, "d_model": 32, "n_head": [2], "d_inner": [64], "vocab_size": 100,
-                                "n_positions": 32}))
     model = tmp / "m.onnx"
-    assert subprocess.run([sys.executable, "-m", "ltsedge", "export", str(arch), "-o", str(model)]).returncode == 0
-    return out, arch, model
+    assert ltsedge_cli("export", light_arch, "-o", model).returncode == 0
+    return out, light_arch, model
 
 
+@pytest.mark.slow
 def test_the_light_commands_run_without_torch_or_pymoo(tmp_path, searched):
     out, _, model = searched
     device = tmp_path / "fast.toml"
@@ -73,8 +78,8 @@ def test_the_light_commands_run_without_torch_or_pymoo(tmp_path, searched):
     (["export", "{arch}", "-o", "{tmp}/x.onnx"], "needs torch"),
     (["profile", "{arch}"], "needs torch"),
 ])
-def test_what_needs_the_search_extra_says_how_to_install_it(tmp_path, searched, args, needs):
-    _, arch, _ = searched
+def test_what_needs_the_search_extra_says_how_to_install_it(tmp_path, light_arch, args, needs):
+    arch = light_arch
     proc = light(tmp_path, *[a.format(arch=arch, tmp=tmp_path) for a in args])
     assert proc.returncode == 2 and needs in proc.stderr and 'ltsedge[search]' in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

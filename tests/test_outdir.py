@@ -11,10 +11,7 @@ import pytest
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.search.outdir import MANIFEST, OutputDir
-
-
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
+from tests.helpers import ltsedge_cli
 
 
 def test_a_search_refuses_an_out_with_someone_elses_model_and_leaves_it_alone(tmp_path):
@@ -22,7 +19,7 @@ def test_a_search_refuses_an_out_with_someone_elses_model_and_leaves_it_alone(tm
     (proj / "models").mkdir(parents=True)
     mine = proj / "models" / "my_production_model.onnx"
     mine.write_bytes(b"precious")
-    proc = run_cli("search", "--preset", "smoke", "--generations", 1, "--out", proj, "--store", tmp_path / "s.sqlite",
+    proc = ltsedge_cli("search", "--preset", "smoke", "--generations", 1, "--out", proj, "--store", tmp_path / "s.sqlite",
                    "--quiet", "--no-baseline")
     assert proc.returncode == 2 and "my_production_model.onnx was not written by ltsedge search" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

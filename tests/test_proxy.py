@@ -1,22 +1,11 @@
 """The analytic proxy equals counting the PyTorch modules' parameters, over hundreds of architectures."""
 
 import pytest
-import torch
 
 from ltsedge.architecture import Architecture
-from ltsedge.backbones.gpt2.model import GPT2
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
-from tests.conftest import random_tiny_archs
-
-
-def counted_by_torch(arch: Architecture) -> tuple[int, int]:
-    """(decoder, total) parameters of the PyTorch module, built on the meta device (no memory)."""
-    with torch.device("meta"):
-        model = GPT2(arch)
-    decoder = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[0] in model.DECODER_MODULES)
-    total = sum(p.numel() for p in model.parameters())
-    return decoder, total
+from tests.helpers import counted_by_torch, random_tiny_archs
 
 
 def test_gpt2_small_reference_figures():

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -32,9 +30,7 @@ from ltsedge.exporters.quantize import QuantOptions, precision_of
 from ltsedge.generation import greedy
 from ltsedge.keys import candidate_model_key
 from ltsedge.ortcompat import target_for
-from tests.test_bundle import genai_greedy
-from tests.test_check import fake_fingerprint, meas
-from tests.test_export import max_diff, randomize
+from tests.helpers import fake_fingerprint, genai_greedy, ltsedge_cli, max_diff, meas, no_traceback, randomize
 
 CPU = ["CPUExecutionProvider"]
 SMALL = Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=256, n_positions=64)
@@ -232,9 +228,7 @@ def test_quantization_options_change_the_file():
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return no_traceback(ltsedge_cli(*args))
 
 
 def test_a_precision_the_target_or_provider_cannot_run_is_one_line_exit_2(tmp_path, arch_file):
@@ -277,6 +271,7 @@ def test_fp16_for_a_cuda_provider_holds_fp16_weights_behind_fp32_inputs_and_outp
     assert fp16.nbytes < 0.6 * export_model(SMALL, variant="generate").nbytes
 
 
+@pytest.mark.slow
 def test_a_search_at_int4_measures_and_publishes_int4_models(tmp_path):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     done = run("search", "--preset", "smoke", "--generations", "1", "--precision", "int4", "--out", out,

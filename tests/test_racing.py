@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ltsedge.runners.racing import Race
+from tests.helpers import tiny_arch
 
 
 def true_front(points):
@@ -51,6 +52,7 @@ def test_budgets_settle_a_candidate_beyond_them():
     assert not race.settled([2.5] * 5, 50.0)  # not before the first estimate is complete
 
 
+@pytest.mark.slow
 def test_a_raced_model_times_its_objective_in_full_and_its_other_workload_coarsely(tmp_path):
     """Prefill is reported, not optimised, in a decode search: a few samples at +-10%, flagged coarse; the
     objective keeps the profile's policy; without a race (profile, publishing) every workload is full."""
@@ -59,7 +61,6 @@ def test_a_raced_model_times_its_objective_in_full_and_its_other_workload_coarse
     from ltsedge.runners import Runner
     from ltsedge.runners.measurement import complete
     from ltsedge.runners.racing import SECONDARY_MAX_RUNS
-    from tests.conftest import tiny_arch
 
     path = tmp_path / "m.onnx"
     export_model(tiny_arch(), variant="generate").save(path)
@@ -96,7 +97,6 @@ def test_a_coarse_or_raced_figure_never_replaces_a_complete_one_in_the_store(tmp
     from ltsedge.search.budgets import Budgets
     from ltsedge.search.evaluate import CandidateEvaluator
     from ltsedge.store import MeasurementStore
-    from tests.conftest import tiny_arch
 
     class Stub:  # the evaluator asks its runner for the machine's fingerprint only
         def fingerprint(self):

@@ -7,17 +7,16 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import matplotlib.image
 import numpy as np
 import pytest
 
+from tests.helpers import ltsedge_cli, no_traceback
 
-def run(*args, **kw):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True, **kw)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+
+def run(*args):
+    return no_traceback(ltsedge_cli(*args))
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +31,7 @@ def searches(tmp_path_factory):
     return outs
 
 
+@pytest.mark.slow
 def test_a_search_writes_its_report(searches):
     report = searches[0] / "report"
     names = sorted(p.name for p in report.iterdir())
@@ -43,6 +43,7 @@ def test_a_search_writes_its_report(searches):
     assert "report/index.html" in manifest  # written through the search's record of its files
 
 
+@pytest.mark.slow
 def test_the_html_is_self_contained_and_links_the_models(searches):
     page = (searches[0] / "report" / "index.html").read_text()
     assert not re.search(r"<script[^>]+src=[\"']https?://", page) and "<link" not in page
@@ -56,6 +57,7 @@ def chromium() -> str | None:
     return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 
+@pytest.mark.slow
 def test_the_html_draws_its_plots_in_a_real_browser(searches, tmp_path):
     browser = chromium()
     if browser is None:
@@ -74,6 +76,7 @@ def test_the_html_draws_its_plots_in_a_real_browser(searches, tmp_path):
     assert blue.sum() > 200
 
 
+@pytest.mark.slow
 def test_compare_two_real_searches(searches, tmp_path):
     proc = run("compare", *searches, "--out", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
@@ -82,6 +85,7 @@ def test_compare_two_real_searches(searches, tmp_path):
     assert (tmp_path / "cmp" / "compare.html").is_file() and list((tmp_path / "cmp").glob("compare-*.png"))
 
 
+@pytest.mark.slow
 def test_compare_refuses_searches_measured_differently(searches, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(searches[1], other)

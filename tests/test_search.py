@@ -21,17 +21,13 @@ from ltsedge.generation import greedy
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
+from tests.helpers import ltsedge_cli
 
 
 def dominates(a: dict, b: dict) -> bool:
     ka = (-a["decoder_params"], a["latency_ms"], a["peak_memory_mb"])
     kb = (-b["decoder_params"], b["latency_ms"], b["peak_memory_mb"])
     return all(x <= y for x, y in zip(ka, kb)) and ka != kb
-
-
-def run_cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, **kw)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -53,6 +49,7 @@ def smoke_search(tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 def test_outputs_exist_and_agree(smoke_search):
     out = smoke_search.out_dir
     for name in ("frontier.json", "frontier.csv", "candidates.csv", "search.json", "baseline.csv"):
@@ -65,6 +62,7 @@ def test_outputs_exist_and_agree(smoke_search):
     assert json.loads((out / "frontier.json").read_text())["objective"] == "decode"
 
 
+@pytest.mark.slow
 def test_every_frontier_bundle_loads_matches_its_architecture_and_hashes(smoke_search):
     out = smoke_search.out_dir
     for m in json.loads((out / "frontier.json").read_text())["models"]:
@@ -81,9 +79,10 @@ def test_every_frontier_bundle_loads_matches_its_architecture_and_hashes(smoke_s
         assert greedy(session, np.zeros((1, 4), dtype=np.int64), 3).tokens.shape == (1, 3)
 
 
+@pytest.mark.slow
 def test_objective_forward_ships_single_files(tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("search", "--preset", "smoke", "--generations", 1, "--objective", "forward", "--out", out,
+    proc = ltsedge_cli("search", "--preset", "smoke", "--generations", 1, "--objective", "forward", "--out", out,
                    "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline")
     assert proc.returncode == 0, proc.stderr
     frontier = json.loads((out / "frontier.json").read_text())
@@ -96,6 +95,7 @@ def test_objective_forward_ships_single_files(tmp_path):
     assert sorted(p.name for p in (out / "models").iterdir()) == sorted(f"{m['id']}.onnx" for m in frontier["models"])
 
 
+@pytest.mark.slow
 def test_frontier_is_non_dominated(smoke_search):
     frontier = json.loads((smoke_search.out_dir / "frontier.json").read_text())["models"]
     for a in frontier:
@@ -104,6 +104,7 @@ def test_frontier_is_non_dominated(smoke_search):
             assert not dominates(b, a), (b["id"], a["id"])
 
 
+@pytest.mark.slow
 def test_candidates_log_and_summary(smoke_search):
     out = smoke_search.out_dir
     rows = list(csv.DictReader(open(out / "candidates.csv")))
@@ -118,6 +119,7 @@ def test_candidates_log_and_summary(smoke_search):
     assert summary["export"]["opset"] >= 17
 
 
+@pytest.mark.slow
 def test_baseline_comparison(smoke_search):
     rows = list(csv.DictReader(open(smoke_search.out_dir / "baseline.csv")))
     assert [int(r["n_layer"]) for r in rows] == [1, 2]
@@ -127,10 +129,11 @@ def test_baseline_comparison(smoke_search):
             assert float(r["speedup"]) == pytest.approx(float(r["latency_ms"]) / float(r["frontier_latency_ms"]))
 
 
+@pytest.mark.slow
 def test_budgets_exclude_what_they_should(tmp_path):
     # A parameter window and a latency budget: the frontier respects both, the log says why others failed.
     out = tmp_path / "out"
-    proc = run_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
+    proc = ltsedge_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
                    "--min-params", 20_000, "--max-params", 60_000, "--max-latency-ms", 1000, "--no-baseline")
     assert proc.returncode == 0, proc.stderr
     frontier = json.loads((out / "frontier.json").read_text())["models"]
@@ -143,9 +146,10 @@ def test_budgets_exclude_what_they_should(tmp_path):
     assert not (out / "baseline.csv").exists()
 
 
+@pytest.mark.slow
 def test_latency_budget_below_everything_leaves_an_empty_frontier(tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
+    proc = ltsedge_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
                    "--generations", 1, "--max-latency-ms", 0.000001, "--no-baseline")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "frontier.json").read_text())["models"] == []
@@ -153,6 +157,7 @@ def test_latency_budget_below_everything_leaves_an_empty_frontier(tmp_path):
     assert rows and all(r["feasible"] == "False" and "max_latency_ms" in r["violations"] for r in rows)
 
 
+@pytest.mark.slow
 def test_kill_and_resume_measures_nothing_twice(tmp_path):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     args = ["search", "--preset", "smoke", "--generations", 4, "--out", out, "--store", store, "--quiet",
@@ -167,7 +172,7 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     assert (out / "checkpoint.json").exists() and not (out / "frontier.json").exists()
     measured_before = {r["id"] for r in read_jsonl(out / "candidates.jsonl")}
 
-    resumed = run_cli(*args)
+    resumed = ltsedge_cli(*args)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
     records = read_jsonl(out / "candidates.jsonl")
@@ -179,28 +184,31 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     assert summary["generations_completed"] == 4
 
 
+@pytest.mark.slow
 def test_same_seed_same_store_replays_the_same_search(tmp_path):
     store = tmp_path / "s.sqlite"
     common = ["search", "--preset", "smoke", "--store", store, "--quiet", "--no-baseline", "--seed", 5]
-    assert run_cli(*common, "--out", tmp_path / "a").returncode == 0
-    assert run_cli(*common, "--out", tmp_path / "b").returncode == 0
+    assert ltsedge_cli(*common, "--out", tmp_path / "a").returncode == 0
+    assert ltsedge_cli(*common, "--out", tmp_path / "b").returncode == 0
     a = read_jsonl(tmp_path / "a" / "candidates.jsonl")
     b = read_jsonl(tmp_path / "b" / "candidates.jsonl")
     assert [r["id"] for r in a] == [r["id"] for r in b]
     assert all(r["source"] == "store" for r in b)  # nothing measured again
 
 
+@pytest.mark.slow
 def test_changed_settings_refuse_to_resume_unless_restart(tmp_path):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     base = ["search", "--preset", "smoke", "--generations", 1, "--out", out, "--store", store, "--quiet", "--no-baseline"]
-    assert run_cli(*base).returncode == 0
-    changed = run_cli(*base, "--seed", 9)
+    assert ltsedge_cli(*base).returncode == 0
+    changed = ltsedge_cli(*base, "--seed", 9)
     assert changed.returncode == 2 and "different settings" in changed.stderr and "Traceback" not in changed.stderr
-    assert run_cli(*base, "--seed", 9, "--restart").returncode == 0
+    assert ltsedge_cli(*base, "--seed", 9, "--restart").returncode == 0
     shipped = sorted(p.name for p in (out / "models").iterdir())  # no model of the discarded search left
     assert shipped == sorted(m["id"] for m in json.loads((out / "frontier.json").read_text())["models"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
     out = tmp_path / "out"
     args = ["search", "--preset", "smoke", "--generations", 50, "--out", out, "--store", tmp_path / "s.sqlite",
@@ -232,33 +240,36 @@ def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
     (["--min-params", 10, "--max-params", 5], "--min-params 10 is above --max-params 5"),
 ])
 def test_bad_search_input(tmp_path, args, message):
-    proc = run_cli("search", "--preset", "smoke", "--out", tmp_path / "o", "--store", tmp_path / "s.sqlite", *args)
+    proc = ltsedge_cli("search", "--preset", "smoke", "--out", tmp_path / "o", "--store", tmp_path / "s.sqlite", *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_progress_display_and_summary(tmp_path):
-    proc = run_cli("search", "--preset", "smoke", "--generations", 1, "--out", tmp_path / "o",
+    proc = ltsedge_cli("search", "--preset", "smoke", "--generations", 1, "--out", tmp_path / "o",
                    "--store", tmp_path / "s.sqlite", "--no-baseline", env={"COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr
     assert "measured" in proc.stderr and "front" in proc.stderr and "HV" in proc.stderr
     assert "Pareto frontier" in proc.stdout and "ltsedge search done" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_log_left_before_the_first_checkpoint_is_refused_under_other_settings(tmp_path):
     """Killed during generation 1 (a log, no checkpoint yet), then re-run with another workload: the old
     log's figures must not be taken as this run's measurements."""
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     base = ["search", "--preset", "smoke", "--generations", 1, "--out", out, "--store", store, "--quiet", "--no-baseline"]
-    assert run_cli(*base).returncode == 0
+    assert ltsedge_cli(*base).returncode == 0
     (out / "checkpoint.json").unlink()
     assert read_jsonl(out / "candidates.jsonl")
-    other = run_cli(*base, "--sequence", 8)
+    other = ltsedge_cli(*base, "--sequence", 8)
     assert other.returncode == 2 and "candidates.jsonl was written by a search with different settings" in other.stderr
-    again = run_cli(*base)  # the same settings: the log is this run's, nothing is measured again
+    again = ltsedge_cli(*base)  # the same settings: the log is this run's, nothing is measured again
     assert again.returncode == 0, again.stderr
     assert "re-using what was measured" in again.stderr
 
 
+@pytest.mark.slow
 def test_the_baseline_takes_its_match_s_embedding_settings(smoke_search):
     rows = list(csv.DictReader(open(smoke_search.out_dir / "baseline.csv")))
     frontier = {m["id"]: m for m in json.loads((smoke_search.out_dir / "frontier.json").read_text())["models"]}

@@ -14,6 +14,7 @@ from ltsedge import __version__, store
 from ltsedge.errors import LtsedgeError
 from ltsedge.keys import arch_key, file_key
 from ltsedge.store import MeasurementStore, default_store_path
+from tests.helpers import tiny_arch
 
 KEY = ("arch:gpt2-L3-d256-3f9a0c1b2d:ir=8:opset=17", "fp-1", "set-1", "1.20.1")
 FINGERPRINT = {"cpu": "Cortex-A76", "cores": 4}
@@ -271,7 +272,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn.execute("UPDATE schema_version SET version = 99")
     conn.commit()
     conn.close()
-    with pytest.raises(LtsedgeError, match=r"schema version 99, .* only knows up to 2; upgrade ltsedge"):
+    with pytest.raises(LtsedgeError, match=rf"schema version 99, .* only knows up to {store.SCHEMA_VERSION}; upgrade ltsedge"):
         MeasurementStore(path)
 
 
@@ -279,13 +280,15 @@ def test_older_schema_is_migrated(tmp_path, monkeypatch):
     path = tmp_path / "m.sqlite"
     with MeasurementStore(path) as s:
         put(s, KEY, SUCCESS)
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(store, "_MIGRATIONS", {**store._MIGRATIONS, 2: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
+    current = store.SCHEMA_VERSION  # a release one schema newer than this one
+    monkeypatch.setattr(store, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setattr(store, "_MIGRATIONS",
+                        {**store._MIGRATIONS, current: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
     with MeasurementStore(path) as s:
         assert s.get(*KEY) == SUCCESS
         assert s.rows()[0]["note"] is None
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(current + 1,)]
     conn.close()
 
 
@@ -415,7 +418,6 @@ def test_each_export_variant_has_its_own_key():
     """A generate model's figures are never served for the forward model of the same architecture."""
     from ltsedge.keys import candidate_model_key
     from ltsedge.ortcompat import target_for
-    from tests.conftest import tiny_arch
 
     arch, target = tiny_arch(), target_for(None)
     forward = candidate_model_key(arch, target)

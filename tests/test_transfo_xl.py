@@ -23,6 +23,7 @@ from ltsedge.exporters import export_model, weight_seed
 from ltsedge.generation import greedy
 from ltsedge.profiling import profile_model
 from ltsedge.proxy import count_params
+from tests.helpers import counted_by_torch
 
 CPU = ["CPUExecutionProvider"]
 TOL = 1e-3
@@ -46,13 +47,6 @@ SEGMENTS = (5, 3, 1, 4)
 
 
 # --- the proxy ---------------------------------------------------------------------------------------
-def counted_by_torch(arch: Architecture) -> tuple[int, int]:
-    """(decoder, total) parameters of the PyTorch module, built on the meta device (no memory)."""
-    model = BACKBONE.empty_model(arch)
-    decoder = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[0] in model.DECODER_MODULES)
-    return decoder, sum(p.numel() for p in model.parameters())
-
-
 def test_the_studys_transformer_xl_figures():
     small = txl(n_layer=2, d_model=512, n_head=[2, 2], d_inner=[1216, 1280], vocab_size=267735)
     larger = txl(n_layer=3, d_model=320, n_head=[2, 4, 2], d_inner=[1472, 2368, 3392], vocab_size=267735)
