@@ -8,14 +8,11 @@
 //   node examples/generate.mjs bundle --ids 5,17,99,3 --max-new-tokens 12
 //   node examples/generate.mjs bundle --ids 5,17,99,3 --ids 0,0,8,42 --pad 0   # batch 2, left-padded
 //   node examples/generate.mjs bundle --text "Hello" --max-new-tokens 12       # bundle has tokenizer.json
-//   node examples/generate.mjs par-bundle --ids 5,17 --model-type gpt2          # see --model-type below
 //
 // Prints one JSON object: {"ids": [[generated ids of row 0], ...]} (and "text" with --text).
 // --pad P: in every --ids row, leading P tokens are padding (attention mask 0), the rest the prompt.
-// --model-type T: read config.json as model_type T (gpt2 or opt). A bundle whose config is ltsedge's own
-//   (model_type ltsedge-gpt2 / ltsedge-opt: PAR layers, adaptive embeddings) is refused by transformers.js
-//   ("Unsupported model type"); it picks only the decoder-only class and cache names by it (the ONNX
-//   graph holds the whole network), so such a model runs read as its family.
+// --model-type T: read config.json as model_type T (gpt2 or opt): an override for a config of another
+//   type (ltsedge's own bundles say gpt2 or opt themselves, PAR and adaptive embeddings included).
 // --stock-cache: let transformers.js make the empty caches (see below).
 //
 // The bundle is read exactly as `ltsedge export --variant generate` writes it: model.onnx at the top

@@ -155,7 +155,8 @@ def test_bad_weights_and_tokenizer_are_one_line_exit_2(tmp_path):
 
 def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
     """GPT-2 and OPT models get their family's model_type and transformers' field names (Optimum loads
-    them: tests/test_runtimes.py); adaptive embeddings, PAR layers and Transformer-XL keep ltsedge's own."""
+    them: tests/test_runtimes.py), adaptive embeddings and PAR layers included; Transformer-XL and a model
+    without attention (no KV cache) keep ltsedge's own."""
     gpt2 = hf_config(HETEROGENEOUS)
     assert (gpt2["model_type"], gpt2["architectures"]) == ("gpt2", ["GPT2LMHeadModel"])
     assert {k: gpt2[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")} == {
@@ -170,11 +171,23 @@ def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
         "max_position_embeddings": 64, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
         "activation_function": "relu"}
     assert "n_embd" not in opt
-    own = {"adaptive": tiny_arch(d_embed=32, div_val=2), "narrow embedding": tiny_arch(d_embed=32),
-           "PAR": tiny_arch(block_types=["attn_ffn", "ffn"]),
-           "PAR opt": tiny_arch(backbone="opt", block_types=["attn", "attn_ffn"]),
-           "transfo_xl": tiny_arch(backbone="transfo_xl")}
+    # Adaptive embeddings and PAR layers are their family's as runtimes read it; the layer count counts caches.
+    family = {"adaptive": (tiny_arch(d_embed=32, div_val=2), "n_layer", 2),
+              "narrow embedding": (tiny_arch(d_embed=32), "n_layer", 2),
+              "PAR": (tiny_arch(block_types=["attn_ffn", "ffn"]), "n_layer", 1),
+              "PAR opt, first layer FFN-only": (
+                  tiny_arch(backbone="opt", n_layer=3, n_head=[4, 4, 4], d_inner=[64, 64, 64],
+                            block_types=["ffn", "attn", "attn_ffn"]), "num_hidden_layers", 2)}
+    for name, (arch, count, caches) in family.items():
+        config = hf_config(arch)
+        assert config["model_type"] == arch.backbone, name
+        assert (config[count], config["ltsedge"]["n_layer"]) == (caches, arch.n_layer), name
+        assert config["ltsedge"]["cache_layers"] == list(arch.attention_layers), name
+        assert config["ltsedge"]["architecture"] == arch.to_dict(), name
+    own = {"transfo_xl": tiny_arch(backbone="transfo_xl"),
+           "PAR without attention": tiny_arch(block_types=["ffn", "ffn"])}
     for name, arch in own.items():
         config = hf_config(arch)
         assert config["model_type"] == f"ltsedge-{arch.backbone}", name
+        assert config["n_layer"] == arch.n_layer, name
         assert config["ltsedge"]["architecture"] == arch.to_dict(), name

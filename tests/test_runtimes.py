@@ -1,5 +1,6 @@
 """Bundles other runtimes load unchanged: Hugging Face Optimum's ``ORTModelForCausalLM`` reads a GPT-2 or
-OPT bundle's config.json as its own family's and generates the tokens of a plain onnxruntime loop.
+OPT bundle's config.json as its own family's (PAR block types and adaptive embeddings included) and
+generates the tokens of a plain onnxruntime loop.
 
 Installs nothing: skipped where Optimum is not importable. CI installs it with
 ``pip install "optimum[onnxruntime]" transformers torch==<the installed torch>`` (the pin keeps pip from
@@ -24,15 +25,26 @@ from transformers import AutoConfig  # noqa: E402 - Optimum's dependency: only o
 
 PROMPT = [5, 17, 99, 3]
 STEPS = 12
+
+
+def arch(backbone="gpt2", n_layer=2, **fields):
+    return Architecture(backbone=backbone, n_layer=n_layer, d_model=64, n_head=[4] * n_layer,
+                        d_inner=[128, 96, 64][:n_layer], vocab_size=300, n_positions=64, **fields)
+
+
+# name -> (architecture, its family, the layers holding a KV cache: config.json's standard layer count).
 # Equal heads in every layer (the per-layer heads of tests/test_cache_layout.py reach Optimum through the
 # uniform cache layout); the FFN widths may differ, Optimum never reads them.
 ARCHS = {
-    "gpt2": Architecture(backbone="gpt2", n_layer=2, d_model=64, n_head=[4, 4], d_inner=[128, 96], vocab_size=300,
-                         n_positions=64),
-    "opt": Architecture(backbone="opt", n_layer=2, d_model=64, n_head=[4, 4], d_inner=[128, 96], vocab_size=300,
-                        n_positions=64),
+    "gpt2": (arch(), "gpt2", 2),
+    "opt": (arch("opt"), "opt", 2),
+    # PAR: FFN-only layers hold no cache, so the family's layer count counts the caches (cache 0 is the first
+    # attention layer, here layer 1).
+    "gpt2 PAR, first layer FFN-only": (arch(n_layer=3, block_types=["ffn", "attn_ffn", "attn_ffn"]), "gpt2", 2),
+    "opt PAR": (arch("opt", n_layer=3, block_types=["attn_ffn", "ffn", "attn"]), "opt", 2),
+    # Adaptive embeddings: inside the graph; nothing Optimum reads differs from a plain GPT-2's.
+    "gpt2 adaptive embedding": (arch(d_embed=32, div_val=2), "gpt2", 2),
 }
-
 
 def trained_like_weights(arch, path) -> None:
     """The reference model's random initial weights, scaled up: a random init predicts one token over
@@ -56,16 +68,17 @@ def full_recompute_greedy(model_file, prompt: list[int], steps: int) -> list[int
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("family", sorted(ARCHS))
-def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(tmp_path, family):
-    arch = ARCHS[family]
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(tmp_path, name):
+    arch, family, caches = ARCHS[name]
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
     trained_like_weights(arch, weights)
     export_to_path(arch, bundle, variant="generate", weights=weights)  # what `ltsedge export` does, defaults
     config = json.loads((bundle / "config.json").read_text())
     assert config["model_type"] == family
     read = AutoConfig.from_pretrained(bundle)  # transformers' own reading of the field names
-    assert (read.hidden_size, read.num_hidden_layers, read.num_attention_heads, read.vocab_size) == (64, 2, 4, 300)
+    assert (read.hidden_size, read.num_hidden_layers, read.num_attention_heads, read.vocab_size) == (64, caches, 4, 300)
+    assert config["ltsedge"]["n_layer"] == arch.n_layer
     assert (read.n_inner if family == "gpt2" else read.ffn_dim) == 128  # layer 0's
 
     expected = full_recompute_greedy(bundle / "model.onnx", PROMPT, STEPS)

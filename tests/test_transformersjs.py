@@ -1,6 +1,7 @@
-"""Bundles transformers.js (Node) loads unchanged: examples/generate.mjs reads a GPT-2, OPT or per-layer-heads
-bundle as `ltsedge export --variant generate` writes it and generates the tokens of a plain onnxruntime loop,
-batch 1 and batch 2 left-padded, with the empty caches it sizes itself and with transformers.js's own.
+"""Bundles transformers.js (Node) loads unchanged: examples/generate.mjs reads a GPT-2, OPT, per-layer-heads,
+PAR or adaptive-embedding bundle as `ltsedge export --variant generate` writes it and generates the tokens
+of a plain onnxruntime loop, batch 1 and batch 2 left-padded, with the empty caches it sizes itself and
+with transformers.js's own.
 
 Installs nothing: skipped without ``node`` or without $LTSEDGE_TRANSFORMERSJS_DIR, a folder whose
 node_modules holds @huggingface/transformers. CI makes one with
@@ -49,18 +50,19 @@ def arch(backbone="gpt2", n_head=(4, 4), **fields):
                         d_inner=[128, 96, 64][:n_layer], vocab_size=300, n_positions=64, **fields)
 
 
-# name -> (architecture, cache layout (None: ltsedge export's default), extra script arguments)
+# name -> (architecture, cache layout (None: ltsedge export's default))
 BUNDLES = {
-    "gpt2": (arch(), None, []),
-    "opt": (arch("opt"), None, []),
+    "gpt2": (arch(), None),
+    "opt": (arch("opt"), None),
     # Per-layer heads: transformers.js sizes each cache from the ONNX input's own static heads, so both layouts run.
-    "gpt2 heads 2/8/4, uniform cache": (arch(n_head=(2, 8, 4)), None, []),
-    "gpt2 heads 2/8/4, per-layer cache": (arch(n_head=(2, 8, 4)), "per-layer", []),
-    # PAR and adaptive embeddings keep config.json's model_type ltsedge-<backbone> (tests/test_bundle.py): the
-    # app reads it as the family (transformers.js takes only the class and cache names from it).
-    "PAR gpt2": (arch(n_head=(4, 4, 4), block_types=["attn_ffn", "ffn", "attn_ffn"]), None, ["--model-type", "gpt2"]),
-    "PAR opt": (arch("opt", block_types=["attn_ffn", "attn"]), None, ["--model-type", "opt"]),
-    "adaptive gpt2": (arch(d_embed=32, div_val=2), None, ["--model-type", "gpt2"]),
+    "gpt2 heads 2/8/4, uniform cache": (arch(n_head=(2, 8, 4)), None),
+    "gpt2 heads 2/8/4, per-layer cache": (arch(n_head=(2, 8, 4)), "per-layer"),
+    # PAR and adaptive embeddings: config.json says their family (tests/test_bundle.py), its layer count the
+    # caches' (FFN-only layers have none), so transformers.js reads them unchanged.
+    "PAR gpt2": (arch(n_head=(4, 4, 4), block_types=["attn_ffn", "ffn", "attn_ffn"]), None),
+    "PAR gpt2, first layer FFN-only": (arch(n_head=(4, 4, 4), block_types=["ffn", "attn_ffn", "attn"]), None),
+    "PAR opt": (arch("opt", block_types=["attn_ffn", "attn"]), None),
+    "adaptive gpt2": (arch(d_embed=32, div_val=2), None),
 }
 
 
@@ -68,7 +70,7 @@ def make_bundle(tmp_path, name, tokenizer=None) -> Path:
     """The bundle `ltsedge export --variant generate --weights W` writes, W the reference model's random
     initial weights scaled up: a random init predicts one token over and over, trained weights a varied
     sequence."""
-    model_arch, layout, _ = BUNDLES[name]
+    model_arch, layout = BUNDLES[name]
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
     model = get_backbone(model_arch.backbone).build_model(model_arch, seed=1)
     torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
@@ -118,12 +120,11 @@ def test_transformersjs_generates_the_reference_tokens_from_the_bundle_as_writte
     assert all(len(set(tokens)) > 3 for tokens in expected)  # varied: a model repeating one token proves little
     eos = json.loads((bundle / "config.json").read_text())["eos_token_id"]
     assert all(eos not in tokens for tokens in expected)  # generation runs the full STEPS
-    extra = BUNDLES[name][2]
 
-    one = node_generate(bundle, "--ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", STEPS, *extra)
+    one = node_generate(bundle, "--ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", STEPS)
     assert generated(one)["ids"] == expected[:1]
     rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]
-    two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS, *extra)
+    two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS)
     assert generated(two)["ids"] == expected  # the padding changes no row's tokens
 
 
@@ -140,14 +141,15 @@ def test_transformersjs_own_empty_caches_also_generate_the_reference_tokens(tmp_
     assert generated(proc)["ids"] == expected
 
 
-@pytest.mark.xfail(strict=True, reason="config.json of a PAR model says model_type ltsedge-gpt2 (by design: "
-                   "transformers would build a plain GPT-2 from it), which transformers.js refuses "
-                   "('Unsupported model type'); the app passes --model-type gpt2 (tested above)")
 def test_transformersjs_reads_a_par_bundle_without_being_told_its_family(tmp_path):
-    bundle = make_bundle(tmp_path, "PAR gpt2")
-    proc = node_generate(bundle, "--ids", "5,17,99,3", "--max-new-tokens", 3)
-    assert proc.returncode == 0, proc.stderr
-
+    """No --model-type: config.json's model_type is gpt2 and its n_layer the 2 caches of the 3 layers
+    (cache 0 is layer 1: layer 0 is FFN-only); transformers.js makes its own empty caches from it."""
+    bundle = make_bundle(tmp_path, "PAR gpt2, first layer FFN-only")
+    config = json.loads((bundle / "config.json").read_text())
+    assert (config["model_type"], config["n_layer"], config["ltsedge"]["n_layer"]) == ("gpt2", 2, 3)
+    expected = full_recompute_greedy(bundle / "model.onnx", PROMPTS[0], STEPS)
+    proc = node_generate(bundle, "--ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", STEPS, "--stock-cache")
+    assert generated(proc)["ids"] == [expected]
 
 SENTENCES = ["the quick brown fox jumps over the lazy dog", "a small model speaks in small tokens",
              "the dog sleeps while the fox runs away", "tokens in, tokens out: a tiny vocabulary"]

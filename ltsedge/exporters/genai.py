@@ -12,10 +12,11 @@ is stored in: H, every cache's, under the uniform layout (``backbones.kv_cache``
 the per-layer one; ``config.json`` carries every layer's.
 
 ``config.json`` is the Hugging Face family's own (``model_type`` ``gpt2`` or ``opt``, transformers'
-field names) where that reading is true (``hf_family``), so Optimum's ``ORTModelForCausalLM`` loads the
-bundle unchanged (tests/test_runtimes.py). It sizes every layer's empty cache from the one head count:
-with the uniform cache layout (the default) that is every layer's, whatever the layers' own heads; with
-the per-layer layout only models with equal heads in every layer generate there.
+field names) where that reading is true (``hf_family``), so Optimum's ``ORTModelForCausalLM`` and
+transformers.js load the bundle unchanged (tests/test_runtimes.py, tests/test_transformersjs.py). It sizes
+every layer's empty cache from the one head count: with the uniform cache layout (the default) that is
+every layer's, whatever the layers' own heads; with the per-layer layout only models with equal heads in
+every layer generate there. Its layer count is the number of caches, as genai's ``num_hidden_layers``.
 """
 
 from __future__ import annotations
@@ -88,15 +89,17 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
 
 
 def hf_family(arch) -> str | None:
-    """The Hugging Face ``model_type`` whose config reads true for ``arch`` (None: no family does).
+    """The Hugging Face ``model_type`` whose config reads true for ``arch`` as runtimes read it (None: none does).
 
-    GPT-2 and OPT models are read as ``gpt2`` / ``opt`` by Transformers and Optimum: their blocks,
-    learned positions and tied output are that family's. Not so for Transformer-XL (no KV cache: a
-    recurrence memory), adaptive embeddings (``d_embed != d_model`` or ``div_val > 1``: no such
-    embedding or softmax in either family) or PAR block types (FFN-only / attention-only layers):
-    those keep ``ltsedge-<backbone>``, which no runtime mistakes for a model it knows.
+    A runtime running the ONNX decoder reads from config.json only the class and cache names (model_type),
+    the number of caches (the layer count), the cache heads and hidden size, vocabulary, special tokens and
+    use_cache: the graph holds the network. So every GPT-2 and OPT model with a KV cache is its family's:
+    adaptive embeddings (``d_embed != d_model`` or ``div_val > 1``) change nothing runtimes read, and PAR
+    block types only which layers have a cache (``hf_config`` counts those). Not so for Transformer-XL (no
+    KV cache: a recurrence memory) or a PAR model without attention (no cache at all): those keep
+    ``ltsedge-<backbone>``, which no runtime mistakes for a model it knows.
     """
-    if arch.backbone not in HF_FAMILIES or arch.adaptive or arch.block_types:
+    if arch.backbone not in HF_FAMILIES or not cache_layers(arch):
         return None
     return arch.backbone
 
@@ -104,17 +107,26 @@ def hf_family(arch) -> str | None:
 def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = None) -> dict:
     """A Hugging Face config: the family's ``model_type`` and field names where its reading is true
     (``hf_family``), ltsedge's own type with GPT-2's names otherwise; every layer's heads, head size,
-    FFN width and block type under ``ltsedge``, and a KV-cache backbone's cache layout (``cache_layout``,
-    None: the default) with the heads its first cache is stored in (``cache_heads``: H, every cache's, in
-    the uniform layout). The standard head field holds those (one value for all layers, as runtimes that
-    size the cache from it need, e.g. Optimum); the FFN width is layer 0's."""
+    FFN width and block type under ``ltsedge`` (and its ``n_layer``), and a KV-cache
+    backbone's cache layout (``cache_layout``, None: the default) with the heads its first cache is stored
+    in (``cache_heads``: H, every cache's, in the uniform layout). The standard head field holds those (one
+    value for all layers, as runtimes that size the cache from it need, e.g. Optimum); the FFN width is
+    layer 0's. The standard layer count (``n_layer`` / ``num_hidden_layers``) counts the layers that hold a
+    KV cache, the attention layers, as genai_config's does: runtimes make one cache per layer it counts
+    (cache i is layer ``cache_layers(arch)[i]``); it is the model's layer count unless FFN-only PAR layers
+    have no cache (``ltsedge.standard_layer_count`` says so; ``ltsedge.n_layer`` is the model's)."""
     family = hf_family(arch)
     cache, heads = {}, arch.n_head[0]
     if get_backbone(arch.backbone).kv_cache:
         layout = check_cache_layout(cache_layout or DEFAULT_CACHE_LAYOUT)
         heads = cache_heads(arch, layout)[0] if cache_layers(arch) else heads  # the first cache's: H if uniform
-        cache = {"cache_layout": layout, "cache_heads": heads, "cache_head_dim": arch.d_model // heads}
-    fields = _opt_fields(arch, heads) if family == "opt" else _gpt2_fields(arch, heads)
+        cache = {"cache_layout": layout, "cache_heads": heads, "cache_head_dim": arch.d_model // heads,
+                 "cache_layers": list(cache_layers(arch))}
+    # The family's layer count is the caches' (runtimes make one cache per layer); ltsedge's own type's is n_layer.
+    layers = len(cache_layers(arch)) if family else arch.n_layer
+    if family:
+        cache["standard_layer_count"] = "cache layers (cache_layers), not n_layer"
+    fields = _opt_fields(arch, heads, layers) if family == "opt" else _gpt2_fields(arch, heads, layers)
     return {
         "model_type": family or f"ltsedge-{arch.backbone}",
         "architectures": [HF_FAMILIES[family] if family else f"ltsedge.backbones.{arch.backbone}"],
@@ -124,23 +136,24 @@ def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = No
         "use_cache": True,
         **special_token_ids(arch, tokenizer),
         "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
-                    "n_head_per_layer": list(arch.n_head), "head_dim_per_layer": list(arch.d_head),
+                    "n_layer": arch.n_layer, "n_head_per_layer": list(arch.n_head),
+                    "head_dim_per_layer": list(arch.d_head),
                     "d_inner_per_layer": list(arch.d_inner),
                     "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)], **cache},
     }
 
 
-def _gpt2_fields(arch, heads: int) -> dict:
+def _gpt2_fields(arch, heads: int, layers: int) -> dict:
     """transformers' GPT2Config names (ltsedge's GPT-2 uses the exact, erf GELU: "gelu")."""
-    return {"n_positions": arch.n_positions, "n_embd": arch.d_model, "n_layer": arch.n_layer,
+    return {"n_positions": arch.n_positions, "n_embd": arch.d_model, "n_layer": layers,
             "n_head": heads, "n_inner": arch.d_inner[0], "activation_function": "gelu",
             "layer_norm_epsilon": LAYER_NORM_EPS}
 
 
-def _opt_fields(arch, heads: int) -> dict:
+def _opt_fields(arch, heads: int, layers: int) -> dict:
     """transformers' OPTConfig names: pre-LayerNorm, ReLU, biases, embeddings of d_model (no projection);
     OPT's max_position_embeddings counts positions, its table adds the offset of 2 rows, as ltsedge's does."""
-    return {"hidden_size": arch.d_model, "num_hidden_layers": arch.n_layer,
+    return {"hidden_size": arch.d_model, "num_hidden_layers": layers,
             "num_attention_heads": heads, "ffn_dim": arch.d_inner[0],
             "max_position_embeddings": arch.n_positions, "word_embed_proj_dim": arch.d_model,
             "do_layer_norm_before": True, "_remove_final_layer_norm": False, "activation_function": "relu",
