@@ -123,3 +123,39 @@ def test_cli_export_with_target(tmp_path, arch_file):
     assert onnx.load(str(out)).ir_version == target_for("1.20").ir_version
     bad = ltsedge_cli("export", arch_file(), "-o", out, "--target-ort", "0.5")
     assert bad.returncode == 2 and "lacks opset 17" in bad.stderr
+
+
+@pytest.mark.skipif(not OLD_PYTHON, reason="set LTSEDGE_OLD_ORT_PYTHON to a Python with an older onnxruntime")
+@pytest.mark.parametrize("overrides", [dict(n_head=[2, 4]),  # per-layer heads: the uniform cache layout
+                                       dict(backbone="opt", n_head=[4, 4]),
+                                       dict(n_layer=3, n_head=[2, 4, 4], d_inner=[128] * 3,
+                                            block_types=["ffn", "attn_ffn", "attn_ffn"])])
+def test_a_default_bundle_generates_the_same_tokens_in_the_oldest_supported_runtime(tmp_path, overrides):
+    """What an app bundling onnxruntime 1.20 runs: the default generate export, greedy with its KV cache
+    (ltsedge.generation, which needs only numpy and onnxruntime), the same tokens as here."""
+    import json
+
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from ltsedge.backbones import get_backbone
+    from ltsedge.generation import greedy
+    arch = tiny_arch(**overrides)
+    torch.manual_seed(3)  # the random initial weights scaled up: unscaled, a model predicts one token over again
+    state = {k: v * 8 for k, v in get_backbone(arch.backbone).build_model(arch).state_dict().items()}
+    path = tmp_path / "model.onnx"
+    export_model(arch, variant="generate", weights=state).save(path)
+    prompt = np.array([[5, 17, 99, 3]], np.int64)
+    here = greedy(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), prompt, 12).tokens
+    assert len(set(here[0].tolist())) > 1  # tokens that vary, or the comparison proves little
+    code = ("import sys, json, numpy as np, onnxruntime as ort; from ltsedge.generation import greedy; "
+            "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']); "
+            "print(ort.__version__, json.dumps(greedy(s, np.array([[5, 17, 99, 3]], np.int64), 12).tokens.tolist()))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ran = subprocess.run([OLD_PYTHON, "-c", code, str(path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert ran.returncode == 0, ran.stderr
+    version, tokens = ran.stdout.split(" ", 1)
+    assert parse_version(version) <= parse_version(OLDEST_ORT)  # the app's runtime, not this one
+    assert json.loads(tokens) == here.tolist()
