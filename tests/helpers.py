@@ -104,6 +104,21 @@ def no_traceback(proc: subprocess.CompletedProcess) -> subprocess.CompletedProce
     return proc
 
 
+def run_ltsedge(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``ltsedge_cli``, after asserting the run printed no traceback."""
+    return no_traceback(ltsedge_cli(*args, env=env))
+
+
+def one_line_exit_2(proc: subprocess.CompletedProcess, *messages: str) -> None:
+    """The house rule for bad input: exit code 2, one line on stderr holding every message, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for message in messages:
+        assert message in lines[0], proc.stderr
+
+
 # --- parameter counts --------------------------------------------------------------------------------
 
 
@@ -149,6 +164,92 @@ def max_diff(arch, model, onnx_model, batch=2, seq=11, seed=0) -> float:
         expected = model(torch.from_numpy(ids)).numpy()
     assert logits.shape == (batch, seq, arch.vocab_size)
     return float(np.abs(logits - expected).max())
+
+
+def onnx_from_torch(arch, model, opset) -> bytes:
+    """The backbone's graph at ``opset`` with ``model``'s weights, checked, as serialized bytes."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from ltsedge.backbones import get_backbone
+
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    graph, initializers = get_backbone(arch.backbone).build_graph(arch, weights, opset, "forward")
+    graph.initializer.extend(numpy_helper.from_array(a, n) for n, a in initializers.items())
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    return proto.SerializeToString()
+
+
+def exported(arch, seed: int = 0):
+    """An ONNX session and its PyTorch reference, sharing weights drawn larger than the init (std 0.02
+    makes nearly flat logits, where a greedy choice would hinge on rounding), exported via ``weights``."""
+    import onnxruntime as ort
+    import torch
+
+    from ltsedge.backbones import get_backbone
+    from ltsedge.exporters import export_model
+
+    model = get_backbone(arch.backbone).build_model(arch)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
+    exported_model = export_model(arch, variant="generate", weights=model.state_dict())
+    return ort.InferenceSession(exported_model.to_bytes(), providers=["CPUExecutionProvider"]), model
+
+
+def prompts(arch, batch: int, length: int, seed: int = 0):
+    """Random prompts and their attention mask; with a batch, the second is left-padded to half length."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, arch.vocab_size, (batch, length))
+    mask = np.ones_like(prompt)
+    if batch > 1:
+        mask[1, : length // 2] = 0  # left padding: the second prompt is shorter
+    return prompt, mask
+
+
+def reference_greedy(model, prompt: np.ndarray, mask: np.ndarray, n_new: int):
+    """Greedy decoding with the PyTorch model and no cache: the whole sequence again at every step."""
+    import torch
+
+    ids, mask = torch.from_numpy(prompt), torch.from_numpy(mask)
+    tokens, logits = [], []
+    with torch.no_grad():
+        for _ in range(n_new):
+            positions = (mask.cumsum(1) - 1).clamp(min=0)
+            out, _ = model.forward_with_cache(ids, mask, positions)
+            last = out[:, -1, :]
+            logits.append(last.numpy())
+            nxt = last.argmax(-1, keepdim=True)
+            tokens.append(nxt[:, 0].numpy())
+            ids, mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
+    return np.stack(tokens, 1), logits
+
+
+def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
+    """The PyTorch model's ``n`` greedy tokens after one unpadded prompt, recomputed in full each step."""
+    import torch
+
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            mask = torch.ones_like(ids)
+            logits, _ = model.forward_with_cache(ids, mask, torch.arange(ids.size(1))[None])
+            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return ids[0, len(prompt):].tolist()
+
+
+def trained_like_weights(arch, path) -> None:
+    """The reference model's random initial weights, scaled up: a random init predicts one token over
+    and over, trained weights (like these) a varied sequence."""
+    import torch
+
+    from ltsedge.backbones import get_backbone
+
+    model = get_backbone(arch.backbone).build_model(arch, seed=1)
+    torch.save({name: tensor * 8 for name, tensor in model.state_dict().items()}, path)
 
 
 def genai_greedy(bundle, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
@@ -206,7 +307,63 @@ drift_check_every = 0
 GENERATE_DEVICE = FAST_DEVICE.replace("sequence = 16", "sequence = 16\ncontext = 24")
 
 
+# --- search checkpoints ------------------------------------------------------------------------------
+
+
+def _smoke_problem():
+    from ltsedge.search.budgets import Budgets
+    from ltsedge.search.presets import get_preset
+    from ltsedge.search.problem import ArchitectureProblem
+
+    space = get_preset("smoke").space()
+    return space, ArchitectureProblem(space, Budgets(max_latency_ms=40.0))
+
+
+def fresh_algorithm(seed=3, generations=6):
+    """NSGA-II set up on the smoke preset's space (population 8), not yet run."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.termination.max_gen import MaximumGenerationTermination
+
+    from ltsedge.search.problem import make_operators
+
+    space, problem = _smoke_problem()
+    algorithm = NSGA2(pop_size=8, **make_operators(space, 0.3))
+    algorithm.setup(problem, termination=MaximumGenerationTermination(generations), seed=seed, verbose=False)
+    return algorithm
+
+
+def generation(algorithm) -> np.ndarray:
+    """One ask/evaluate/tell with made-up but deterministic costs (some infeasible); the asked genes."""
+    from pymoo.core.evaluator import Evaluator
+    from pymoo.problems.static import StaticProblem
+
+    from ltsedge.proxy import count_params
+
+    space, problem = _smoke_problem()
+    pop = algorithm.ask()
+    archs = [space.decode(x) for x in pop.get("X")]
+    F, G = zip(*(problem.objectives(count_params(a).decoder_params, a.n_layer * 20.0 + a.d_model / 8,
+                                    sum(a.d_inner) / 50, ok=a.n_layer * a.d_model != 128) for a in archs))
+    Evaluator().eval(StaticProblem(problem, F=list(F), G=list(G)), pop)
+    algorithm.tell(infills=pop)
+    return pop.get("X").copy()
+
+
 # --- processes (the fleet) ---------------------------------------------------------------------------
+
+# A fleet agent's device profile: few short runs, the generate variant's context included.
+FLEET_DEVICE = """name = "fleet"
+[workload]
+sequence = 16
+context = 16
+[repeats]
+warmup = 1
+min_runs = 3
+max_runs = 8
+max_seconds = 1.0
+tolerance = 0.1
+"""
+
 
 
 def free_port() -> int:

@@ -4,22 +4,10 @@ nothing could be measured), nothing lost."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-
-def run(*args, **kwargs):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True, **kwargs)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def one_line_exit_2(proc, message):
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+from tests.helpers import one_line_exit_2, run_ltsedge
 
 
 @pytest.mark.parametrize("args, message", [
@@ -30,42 +18,43 @@ def one_line_exit_2(proc, message):
     (["no-such-command"], "No such command"),
 ])
 def test_bad_options_are_one_line(args, message):
-    one_line_exit_2(run(*args), message)
+    one_line_exit_2(run_ltsedge(*args), message)
 
 
 def test_export_to_an_empty_name_or_a_directory(tmp_path, arch_file):
-    one_line_exit_2(run("export", arch_file(), "-o", ""), "give a file name")
-    one_line_exit_2(run("export", arch_file(), "-o", tmp_path), "give a file name")
+    one_line_exit_2(run_ltsedge("export", arch_file(), "-o", ""), "give a file name")
+    one_line_exit_2(run_ltsedge("export", arch_file(), "-o", tmp_path), "give a file name")
 
 
 def test_an_architecture_too_large_for_memory_is_refused_before_allocating(tmp_path):
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps({"n_layer": 1, "d_model": 10**8, "n_head": [2], "d_inner": [10**8]}))
-    one_line_exit_2(run("export", huge, "-o", tmp_path / "h.onnx"), "GiB of memory available")
+    one_line_exit_2(run_ltsedge("export", huge, "-o", tmp_path / "h.onnx"), "GiB of memory available")
     assert not (tmp_path / "h.onnx").exists()
 
 
 def test_a_space_of_ten_to_the_thousands_is_described(tmp_path):
     config = tmp_path / "space.toml"
     config.write_text("n_layer = {min = 2, max = 2000}\nd_model = [128]\nn_head = [2]\nd_inner = {min = 256, max = 512, step = 64}\n")
-    proc = run("space", "--config", config)
+    proc = run_ltsedge("space", "--config", config)
     assert proc.returncode == 0, proc.stderr
     assert "~10^" in proc.stdout
 
 
 def test_an_impossible_workload_is_refused_up_front(tmp_path):
-    proc = run("search", "--preset", "smoke", "--sequence", 100000, "--out", tmp_path / "o",
-               "--store", tmp_path / "s.sqlite", "--quiet")
+    proc = run_ltsedge("search", "--preset", "smoke", "--sequence", 100000, "--out", tmp_path / "o",
+                       "--store", tmp_path / "s.sqlite", "--quiet")
     one_line_exit_2(proc, "sequence 100000 is longer than the space's n_positions 64")
     assert not (tmp_path / "o" / "candidates.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_search_whose_every_measurement_failed_exits_1_and_says_why(tmp_path):
     device = tmp_path / "slow.toml"
     device.write_text('name = "hopeless"\n[limits]\ntimeout_s = 0.01\n[repeats]\ndrift_check_every = 0\n')
     out = tmp_path / "o"
-    proc = run("search", "--preset", "smoke", "--generations", 1, "--device", device, "--out", out,
-               "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline")
+    proc = run_ltsedge("search", "--preset", "smoke", "--generations", 1, "--device", device, "--out", out,
+                       "--store", tmp_path / "s.sqlite", "--quiet", "--no-baseline")
     assert proc.returncode == 1
     assert "no candidate could be measured" in proc.stderr and "timed out" in proc.stderr
     assert (out / "candidates.csv").is_file()  # what was tried is still written

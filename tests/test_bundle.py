@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -17,33 +15,10 @@ from ltsedge.backbones import get_backbone
 from ltsedge.exporters.genai import hf_config
 from ltsedge.generation import greedy
 from tests.conftest import tiny_arch
+from tests.helpers import genai_greedy, reference_tokens, run_ltsedge
 
 HETEROGENEOUS = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128, 256, 96], vocab_size=300,
                              n_positions=96)
-
-
-def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def genai_greedy(bundle, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
-    """onnxruntime-genai's greedy generation from a bundle directory: the tokens, and before each the
-    last position's logits (call after ``pytest.importorskip("onnxruntime_genai")``)."""
-    import onnxruntime_genai as og
-
-    genai_model = og.Model(str(bundle))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(prompt) + steps)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(prompt)
-    tokens, logits = [], []
-    for _ in range(steps):
-        logits.append(np.array(generator.get_logits()[0, -1]))
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens, logits
 
 
 def trained_like(arch, path, seed=0, suffix=".pt"):
@@ -69,22 +44,13 @@ def arch_file(tmp_path, arch):
     return path
 
 
-def reference_tokens(model, prompt, n):
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        for _ in range(n):
-            mask = torch.ones_like(ids)
-            logits, _ = model.forward_with_cache(ids, mask, torch.arange(ids.size(1))[None])
-            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], 1)
-    return ids[0, len(prompt):].tolist()
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
 def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
     weights = tmp_path / f"w{suffix}"
     model = trained_like(HETEROGENEOUS, weights, suffix=suffix)
-    proc = run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
-               "-o", tmp_path / "bundle")
+    proc = run_ltsedge("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
+                       "-o", tmp_path / "bundle")
     assert proc.returncode == 0, proc.stderr
     bundle = tmp_path / "bundle"
     assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
@@ -100,12 +66,13 @@ def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
     assert got == reference_tokens(model, prompt, 12)
 
 
+@pytest.mark.slow
 def test_onnxruntime_genai_generates_the_reference_tokens(tmp_path):
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     weights = tmp_path / "w.pt"
     model = trained_like(HETEROGENEOUS, weights, seed=3)
-    assert run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
-               "-o", tmp_path / "bundle").returncode == 0
+    assert run_ltsedge("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--weights", weights,
+                       "-o", tmp_path / "bundle").returncode == 0
     session = ort.InferenceSession(str(tmp_path / "bundle" / "model.onnx"), providers=["CPUExecutionProvider"])
     for prompt in ([5, 17, 99, 3, 250], [1, 2]):
         tokens, logits = genai_greedy(tmp_path / "bundle", prompt, 10)
@@ -121,8 +88,8 @@ def test_tokenizer_goes_into_the_bundle_and_names_the_special_tokens(tmp_path):
     tokenizer.write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []},
                                      "added_tokens": [{"id": 299, "content": "<|endoftext|>", "special": True}]}))
     (tokenizer.parent / "tokenizer_config.json").write_text("{}")
-    proc = run("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--tokenizer", tokenizer,
-               "-o", tmp_path / "b")
+    proc = run_ltsedge("export", arch_file(tmp_path, HETEROGENEOUS), "--variant", "generate", "--tokenizer", tokenizer,
+                       "-o", tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "b" / "tokenizer.json").read_bytes() == tokenizer.read_bytes()
     assert (tmp_path / "b" / "tokenizer_config.json").is_file()
@@ -148,7 +115,7 @@ def test_bad_weights_and_tokenizer_are_one_line_exit_2(tmp_path):
         (["--tokenizer", tmp_path / "nope" / "tokenizer.json"], "tokenizer file not found"),
     ]
     for extra, message in cases:
-        proc = run("export", arch, "--variant", "generate", "-o", tmp_path / "out", *extra)
+        proc = run_ltsedge("export", arch, "--variant", "generate", "-o", tmp_path / "out", *extra)
         assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
 

@@ -26,8 +26,7 @@ from ltsedge.exporters.genai import genai_config, hf_config
 from ltsedge.generation import greedy
 from ltsedge.keys import candidate_model_key
 from ltsedge.ortcompat import target_for
-from tests.test_bundle import genai_greedy, reference_tokens
-from tests.test_generate import exported, prompts, reference_greedy
+from tests.helpers import exported, genai_greedy, prompts, reference_greedy, reference_tokens, trained_like_weights
 
 CPU = ["CPUExecutionProvider"]
 ARCHS = {
@@ -124,8 +123,7 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     """Optimum sizes every layer's empty cache [batch, n_head, 0, d_model / n_head] from config.json:
     with per-layer heads only the uniform layout (the default) matches every layer."""
     optimum_ort = pytest.importorskip("optimum.onnxruntime", reason="Optimum is not installed")
-    from tests.test_runtimes import PROMPT, STEPS, trained_like_weights
-
+    prompt, steps = [5, 17, 99, 3], 12  # tests/test_runtimes.py's
     arch = ARCHS[name]
     trained_like_weights(arch, tmp_path / "w.pt")
     state = torch.load(tmp_path / "w.pt")
@@ -136,13 +134,13 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     assert config["model_type"] == arch.backbone
     H = uniform_heads(arch)
     assert config["n_head" if name == "gpt2" else "num_attention_heads"] == H
-    expected = reference_tokens(model, PROMPT, STEPS)
+    expected = reference_tokens(model, prompt, steps)
     assert len(set(expected)) > 3  # varied tokens: a model repeating one token would prove little
 
     optimum_model = optimum_ort.ORTModelForCausalLM.from_pretrained(tmp_path / "bundle", use_cache=True)
-    out = optimum_model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
-                                 max_new_tokens=STEPS, do_sample=False, num_beams=1)
-    assert out[0, len(PROMPT):].tolist() == expected
+    out = optimum_model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 max_new_tokens=steps, do_sample=False, num_beams=1)
+    assert out[0, len(prompt):].tolist() == expected
 
 
 def test_the_default_layout_is_uniform_and_declares_h_heads_everywhere():

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.runners import Measurement
 from ltsedge.runners.worker import FAULT_KEY, TEST_FAULTS_ENV
+from tests.helpers import fake_fingerprint, ltsedge_process, meas
 
 FAST = dict(warmup=1, min_runs=3, max_runs=8, max_seconds=1.0, sequence=16, drift_check_every=0)
 FAST_TOML = """\
@@ -103,13 +102,6 @@ def fake_files(tmp_path, *names):
     return [tmp_path / name for name in names]
 
 
-def meas(latency=10.0, memory=100.0, *, cv=0.01, runs=20, converged=True, p90=None, low=None) -> Measurement:
-    return Measurement(ok=True, latency_ms=latency, latency_p90_ms=p90 if p90 is not None else latency * 1.05,
-                       latency_min_ms=low if low is not None else latency * 0.95, latency_cv=cv, runs=runs,
-                       converged=converged, peak_memory_mb=memory, weights_mb=1.0, load_seconds=0.1,
-                       inference_seconds=0.2)
-
-
 class FakeMeasure:
     """Scripted measurements per round, keyed by file name; records each call's profile and models."""
 
@@ -121,13 +113,6 @@ class FakeMeasure:
         self.calls.append((profile, [p.name for p, _ in jobs], [s for _, s in jobs]))
         table = self.rounds[len(self.calls) - 1]
         return [table[p.name] for p, _ in jobs]
-
-
-def fake_fingerprint(profile, **changes):
-    fp = {"arch": "x86_64", "cpu_model": "Test CPU 9000", "board": None, "logical_cores": 4, "physical_cores": 4,
-          "memory_total_gb": 16, "system": "Linux", "onnxruntime": "1.20.0", "settings": profile.settings()}
-    fp.update(changes)
-    return fp
 
 
 def check(models, profile, measure, **kw):
@@ -609,8 +594,8 @@ def test_broken_model_fails_the_gate_with_the_reason(models, fast):
 # The command line
 # ---------------------------------------------------------------------------------------------
 def cli(*args, rc, cwd=None):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "check", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd)
+    """``ltsedge check ARGS`` as a real process: every call runs where its relative paths are."""
+    proc = ltsedge_process("check", *args, cwd=cwd)
     assert proc.returncode == rc, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     return proc

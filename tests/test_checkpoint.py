@@ -6,42 +6,15 @@ import json
 
 import numpy as np
 import pytest
-from pymoo.algorithms.moo.nsga2 import NSGA2
-from pymoo.core.evaluator import Evaluator
-from pymoo.problems.static import StaticProblem
-from pymoo.termination.max_gen import MaximumGenerationTermination
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.proxy import count_params
-from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import (
     CandidateLog,
     RunState,
     load_checkpoint,
     save_checkpoint,
 )
-from ltsedge.search.presets import get_preset
-from ltsedge.search.problem import ArchitectureProblem, make_operators
-
-SPACE = get_preset("smoke").space()
-PROBLEM = ArchitectureProblem(SPACE, Budgets(max_latency_ms=40.0))
-
-
-def fresh_algorithm(seed=3, generations=6):
-    algorithm = NSGA2(pop_size=8, **make_operators(SPACE, 0.3))
-    algorithm.setup(PROBLEM, termination=MaximumGenerationTermination(generations), seed=seed, verbose=False)
-    return algorithm
-
-
-def generation(algorithm) -> np.ndarray:
-    """One ask/evaluate/tell with made-up but deterministic costs (some infeasible); the asked genes."""
-    pop = algorithm.ask()
-    archs = [SPACE.decode(x) for x in pop.get("X")]
-    F, G = zip(*(PROBLEM.objectives(count_params(a).decoder_params, a.n_layer * 20.0 + a.d_model / 8,
-                                    sum(a.d_inner) / 50, ok=a.n_layer * a.d_model != 128) for a in archs))
-    Evaluator().eval(StaticProblem(PROBLEM, F=list(F), G=list(G)), pop)
-    algorithm.tell(infills=pop)
-    return pop.get("X").copy()
+from tests.helpers import fresh_algorithm, generation
 
 
 @pytest.mark.parametrize("stop_after", [1, 3, 5])

@@ -6,25 +6,7 @@ import sys
 
 import pytest
 
-FAST_DEVICE = """
-name = "fast"
-description = "cpu, few short runs"
-[workload]
-sequence = 16
-[repeats]
-warmup = 1
-min_runs = 3
-max_runs = 5
-max_seconds = 1.0
-tolerance = 0.1
-drift_check_every = 0
-"""
-
-
-def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr
-    return proc
+from tests.helpers import FAST_DEVICE, GENERATE_DEVICE, run_ltsedge
 
 
 @pytest.fixture
@@ -34,9 +16,10 @@ def device(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_profile_json_of_an_architecture_then_from_the_store(tmp_path, arch_file, device):
     args = ["profile", arch_file(), "--device", device, "--json", "--store", tmp_path / "s.sqlite"]
-    first = run(*args)
+    first = run_ltsedge(*args)
     assert first.returncode == 0, first.stderr
     result = json.loads(first.stdout)
     for key in ("latency_ms", "latency_p90_ms", "latency_cv", "peak_memory_mb", "weights_mb", "device", "fingerprint"):
@@ -45,16 +28,17 @@ def test_profile_json_of_an_architecture_then_from_the_store(tmp_path, arch_file
     assert result["latency_p90_ms"] >= result["latency_ms"] > 0 and result["peak_memory_mb"] > 0
     assert result["decoder_params"] == 75_328
     assert result["fingerprint"]["logical_cores"] >= 1
-    second = json.loads(run(*args).stdout)
+    second = json.loads(run_ltsedge(*args).stdout)
     assert second["cached"] is True and second["latency_ms"] == result["latency_ms"]
-    third = json.loads(run(*args, "--fresh").stdout)
+    third = json.loads(run_ltsedge(*args, "--fresh").stdout)
     assert third["cached"] is False
 
 
+@pytest.mark.slow
 def test_profile_of_an_onnx_file_prints_a_table(tmp_path, arch_file, device):
     model = tmp_path / "m.onnx"
-    assert run("export", arch_file(), "-o", model).returncode == 0
-    proc = run("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
+    assert run_ltsedge("export", arch_file(), "-o", model).returncode == 0
+    proc = run_ltsedge("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert "latency (median)" in proc.stdout and "peak memory" in proc.stdout
 
@@ -62,7 +46,7 @@ def test_profile_of_an_onnx_file_prints_a_table(tmp_path, arch_file, device):
 def test_a_model_that_cannot_be_measured_exits_1_with_its_reason(tmp_path, device):
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"\x08\x07 definitely not a model")
-    proc = run("profile", broken, "--device", device, "--json", "--store", tmp_path / "s.sqlite")
+    proc = run_ltsedge("profile", broken, "--device", device, "--json", "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 1
     result = json.loads(proc.stdout)
     assert result["ok"] is False and "failed to load" in result["error"]
@@ -73,55 +57,58 @@ def test_a_model_that_cannot_be_measured_exits_1_with_its_reason(tmp_path, devic
     (["--shape", "input_ids=1xQ"], "--shape"),
 ])
 def test_bad_profile_input_exits_2(tmp_path, arch_file, args, message):
-    proc = run("profile", arch_file(), "--store", tmp_path / "s.sqlite", *args)
+    proc = run_ltsedge("profile", arch_file(), "--store", tmp_path / "s.sqlite", *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_missing_model_exits_2(tmp_path):
-    proc = run("profile", tmp_path / "nope.onnx", "--store", tmp_path / "s.sqlite")
+    proc = run_ltsedge("profile", tmp_path / "nope.onnx", "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 
 def test_devices_lists_the_builtin_profiles():
-    out = run("devices").stdout
+    out = run_ltsedge("devices").stdout
     assert {line.split()[0] for line in out.splitlines()} >= {"cpu", "arm64", "cuda"}
 
 
 # --- what the store may answer (issue: nothing stale) -------------------------------------------
+@pytest.mark.slow
 def test_a_failure_caused_by_a_limit_is_not_answered_from_the_store(tmp_path, arch_file):
     """A timeout under one profile must not be served when a profile with a generous timeout asks."""
     short, long_ = tmp_path / "short.toml", tmp_path / "long.toml"
     short.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "short"') + "[limits]\ntimeout_s = 0.001\n")
     long_.write_text(FAST_DEVICE.replace('name = "fast"', 'name = "long"') + "[limits]\ntimeout_s = 600\n")
     store = tmp_path / "s.sqlite"
-    failed = run("profile", arch_file(), "--device", short, "--json", "--store", store)
+    failed = run_ltsedge("profile", arch_file(), "--device", short, "--json", "--store", store)
     assert failed.returncode == 1
     result = json.loads(failed.stdout)
     assert "timed out" in result["error"] and result["failure_kind"] == "environment"
-    ok = run("profile", arch_file(), "--device", long_, "--json", "--store", store)
+    ok = run_ltsedge("profile", arch_file(), "--device", long_, "--json", "--store", store)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["cached"] is False and json.loads(ok.stdout)["ok"]
 
 
+@pytest.mark.slow
 def test_profile_with_a_shape_is_keyed_by_that_shape(tmp_path, arch_file, device):
     store = tmp_path / "s.sqlite"
-    default = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store).stdout)
-    shaped = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store,
-                            "--shape", "input_ids=4x16").stdout)
+    default = json.loads(run_ltsedge("profile", arch_file(), "--device", device, "--json", "--store", store).stdout)
+    shaped = json.loads(run_ltsedge("profile", arch_file(), "--device", device, "--json", "--store", store,
+                                    "--shape", "input_ids=4x16").stdout)
     assert default["shapes"] is None and shaped["shapes"] == {"input_ids": [4, 16]}
     assert shaped["cached"] is False  # not the 1 x 16 figure
-    again = json.loads(run("profile", arch_file(), "--device", device, "--json", "--store", store,
-                           "--shape", "input_ids=4x16").stdout)
+    again = json.loads(run_ltsedge("profile", arch_file(), "--device", device, "--json", "--store", store,
+                                   "--shape", "input_ids=4x16").stdout)
     assert again["cached"] is True and again["latency_ms"] == shaped["latency_ms"]
 
 
+@pytest.mark.slow
 def test_profile_json_of_a_file_carries_its_sha256(tmp_path, arch_file, device):
     import hashlib
 
     model = tmp_path / "m.onnx"
-    assert run("export", arch_file(), "-o", model).returncode == 0
-    result = json.loads(run("profile", model, "--device", device, "--json", "--store", tmp_path / "s.sqlite").stdout)
+    assert run_ltsedge("export", arch_file(), "-o", model).returncode == 0
+    result = json.loads(run_ltsedge("profile", model, "--device", device, "--json", "--store", tmp_path / "s.sqlite").stdout)
     assert result["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
 
 
@@ -129,17 +116,18 @@ def test_damaged_architecture_metadata_is_one_line_exit_2(tmp_path, arch_file, d
     import onnx
 
     model = tmp_path / "m.onnx"
-    assert run("export", arch_file(), "-o", model).returncode == 0
+    assert run_ltsedge("export", arch_file(), "-o", model).returncode == 0
     proto = onnx.load(str(model))
     for prop in proto.metadata_props:
         if prop.key == "ltsedge.architecture":
             prop.value = '{"n_layer": 2, "d_model": '
     onnx.save(proto, str(model))
-    proc = run("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
+    proc = run_ltsedge("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 2 and "metadata ltsedge.architecture: malformed JSON" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_measuring_worker_never_imports_from_the_working_directory(tmp_path, arch_file, device):
     """A statistics.py (a module the worker imports) where the user runs ltsedge is never executed."""
     import os
@@ -154,21 +142,19 @@ def test_the_measuring_worker_never_imports_from_the_working_directory(tmp_path,
     marker = tmp_path / "executed"
     (work / "statistics.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(7)\n")
     model = tmp_path / "m.onnx"
-    assert run("export", arch_file(), "-o", model).returncode == 0
+    assert run_ltsedge("export", arch_file(), "-o", model).returncode == 0
     proc = subprocess.run([script, "profile", os.path.relpath(model, work), "--device", device, "--json",
                            "--store", tmp_path / "s.sqlite"], capture_output=True, text=True, cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] and not marker.exists()
 
 
-GENERATE_DEVICE = FAST_DEVICE.replace("sequence = 16", "sequence = 16\ncontext = 24")
-
-
+@pytest.mark.slow
 def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tmp_path, arch_file):
     device = tmp_path / "gen.toml"
     device.write_text(GENERATE_DEVICE)
-    proc = run("profile", arch_file(), "--variant", "generate", "--device", device, "--json",
-               "--store", tmp_path / "s.sqlite")
+    proc = run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json",
+                       "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["variant"] == "generate" and r["workload"] == "decode"
@@ -182,6 +168,7 @@ def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tm
     assert r["peak_memory_mb"] > r["kv_cache_mb"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partial", [{"stopped_early": True}, {"coarse": True}])
 def test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile(tmp_path, arch_file, device, partial):
     """A search stores what it measured under the same key; profile answers only a complete figure."""
@@ -189,7 +176,7 @@ def test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile(tmp_pat
 
     store = tmp_path / "s.sqlite"
     device.write_text(FAST_DEVICE.replace("sequence = 16", "sequence = 16\ncontext = 16"))  # within n_positions
-    first = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    first = json.loads(run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
     assert first["cached"] is False
     with MeasurementStore(store) as s:
         (row,) = s.rows()
@@ -200,7 +187,7 @@ def test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile(tmp_pat
             measurement.update(partial)
         key = (row["model_key"], row["fingerprint_hash"], row["settings_hash"], row["ort_version"])
         s.put(*key, measurement, fingerprint=row["fingerprint"], settings=row["settings"])
-    again = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    again = json.loads(run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
     assert again["cached"] is False and not again.get("stopped_early")
-    third = json.loads(run("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
+    third = json.loads(run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
     assert third["cached"] is True  # the complete figure it measured is served again

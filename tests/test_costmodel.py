@@ -12,7 +12,7 @@ import pytest
 
 from ltsedge.architecture import Architecture
 from ltsedge.costmodel import MIN_SAMPLES, CostModel
-from ltsedge.costmodel.features import LATENCY_FEATURES, MEMORY_FEATURES, Shapes, latency_features, memory_features
+from ltsedge.costmodel.features import Shapes, latency_features, memory_features
 from ltsedge.costmodel.fit import RelativeLinearFit
 from ltsedge.costmodel.samples import load_samples, remember
 from ltsedge.devices import load_profile

@@ -9,8 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 import ltsedge
 from ltsedge.backbones import get_backbone
@@ -19,6 +18,7 @@ from ltsedge.exporters import architecture_of, export_model, read_metadata, weig
 from ltsedge.ortcompat import OLDEST_ORT, target_for
 from ltsedge.proxy import count_params
 from tests.conftest import random_tiny_archs, tiny_arch
+from tests.helpers import max_diff, onnx_from_torch, randomize
 
 CPU = ["CPUExecutionProvider"]
 
@@ -29,38 +29,6 @@ def build_model(arch, seed=0, shared_weights=False):
 
 def build_graph(arch, weights, opset, variant="forward"):
     return get_backbone(arch.backbone).build_graph(arch, weights, opset, variant)
-
-
-def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Every parameter random, biases and LayerNorms too, so no term of the graph can hide."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if p.dim() == 1 else 0.0) * 0.1)
-    return model
-
-
-def onnx_from_torch(arch, model, opset) -> bytes:
-    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    graph, initializers = build_graph(arch, weights, opset)
-    graph.initializer.extend(numpy_helper.from_array(a, n) for n, a in initializers.items())
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    return proto.SerializeToString()
-
-
-def max_diff(arch, model, onnx_model, batch=2, seq=11, seed=0) -> float:
-    """Largest |logits difference| between the ONNX model (bytes, or a session kept across calls) and
-    the PyTorch reference on random token ids."""
-    ids = np.random.default_rng(seed).integers(0, arch.vocab_size, (batch, seq))
-    session = onnx_model if isinstance(onnx_model, ort.InferenceSession) else ort.InferenceSession(
-        onnx_model, providers=CPU)
-    (logits,) = session.run(["logits"], {"input_ids": ids})
-    with torch.no_grad():
-        expected = model(torch.from_numpy(ids)).numpy()
-    assert logits.shape == (batch, seq, arch.vocab_size)
-    return float(np.abs(logits - expected).max())
 
 
 @pytest.mark.parametrize("arch", random_tiny_archs(24, seed=11), ids=lambda a: a.id)

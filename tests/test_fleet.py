@@ -19,20 +19,8 @@ pytest.importorskip("distributed", reason="Dask's distributed is not installed")
 pytestmark = pytest.mark.slow  # every test here starts processes: a fleet, or a search that waits on one
 
 from ltsedge.runners.worker import FAULT_KEY  # noqa: E402
-# start, free_port and wait_for are imported from here by other test modules too (test_safety_search)
-from tests.helpers import free_port, ltsedge_process, start, tiny_arch, wait_for  # noqa: E402,F401
-
-DEVICE = """name = "fleet"
-[workload]
-sequence = 16
-context = 16
-[repeats]
-warmup = 1
-min_runs = 3
-max_runs = 8
-max_seconds = 1.0
-tolerance = 0.1
-"""
+from tests.helpers import FLEET_DEVICE as DEVICE  # noqa: E402
+from tests.helpers import free_port, ltsedge_process, start, tiny_arch, wait_for  # noqa: E402
 
 
 def candidate_records(out: Path) -> list[dict]:

@@ -5,54 +5,13 @@ batch 1 and 2 with left padding."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-import torch
 
 from ltsedge.architecture import Architecture
-from ltsedge.backbones import get_backbone
 from ltsedge.exporters import export_model
 from ltsedge.generation import greedy
 from tests.conftest import random_tiny_archs
-
-CPU = ["CPUExecutionProvider"]
-
-
-def reference_greedy(model, prompt: np.ndarray, mask: np.ndarray, n_new: int):
-    """Greedy decoding with the PyTorch model and no cache: the whole sequence again at every step."""
-    ids, mask = torch.from_numpy(prompt), torch.from_numpy(mask)
-    tokens, logits = [], []
-    with torch.no_grad():
-        for _ in range(n_new):
-            positions = (mask.cumsum(1) - 1).clamp(min=0)
-            out, _ = model.forward_with_cache(ids, mask, positions)
-            last = out[:, -1, :]
-            logits.append(last.numpy())
-            nxt = last.argmax(-1, keepdim=True)
-            tokens.append(nxt[:, 0].numpy())
-            ids, mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
-    return np.stack(tokens, 1), logits
-
-
-def exported(arch, seed: int = 0):
-    """An ONNX session and its PyTorch reference, sharing weights drawn larger than the init (std 0.02
-    makes nearly flat logits, where a greedy choice would hinge on rounding), exported via ``weights``."""
-    model = get_backbone(arch.backbone).build_model(arch)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
-    exported_model = export_model(arch, variant="generate", weights=model.state_dict())
-    return ort.InferenceSession(exported_model.to_bytes(), providers=CPU), model
-
-
-def prompts(arch, batch: int, length: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, arch.vocab_size, (batch, length))
-    mask = np.ones_like(prompt)
-    if batch > 1:
-        mask[1, : length // 2] = 0  # left padding: the second prompt is shorter
-    return prompt, mask
+from tests.helpers import exported, prompts, reference_greedy
 
 
 @pytest.mark.parametrize("arch", random_tiny_archs(8, seed=21), ids=lambda a: a.id)

@@ -10,11 +10,7 @@ import pytest
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.run import SearchRun
 from ltsedge.store import MeasurementStore
-from tests.helpers import GENERATE_DEVICE, ltsedge_cli, no_traceback
-
-
-def run(*args):
-    return no_traceback(ltsedge_cli(*args))
+from tests.helpers import GENERATE_DEVICE, run_ltsedge as run
 
 
 def test_check_gates_the_decode_and_prefill_latencies(tmp_path, arch_file):

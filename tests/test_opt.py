@@ -21,9 +21,7 @@ from ltsedge.exporters.weights import load_state_dict
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
-from tests.test_bundle import genai_greedy
-from tests.test_export import max_diff
-from tests.test_generate import prompts, reference_greedy
+from tests.helpers import counted_by_torch, genai_greedy, max_diff, prompts, reference_greedy
 
 CPU = ["CPUExecutionProvider"]
 OPT = get_backbone("opt")
@@ -49,13 +47,6 @@ def random_opt_archs(n: int, seed: int, d_models=(16, 32, 48, 64)) -> list[Archi
                                   vocab_size=rng.randint(50, 100), n_positions=rng.choice([16, 32]),
                                   block_types=types))
     return archs
-
-
-def counted_by_torch(arch: Architecture) -> tuple[int, int]:
-    """(decoder, total) parameters of the PyTorch module on the meta device (no memory)."""
-    model = OPT.empty_model(arch)
-    decoder = sum(p.numel() for name, p in model.named_parameters() if name.startswith(model.DECODER_MODULES))
-    return decoder, sum(p.numel() for p in model.parameters())
 
 
 def opt_shape(n_layer: int, d_inner: int) -> Architecture:

@@ -21,10 +21,16 @@ from ltsedge.exporters.bundle import write_bundle
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from tests.conftest import random_tiny_archs
-from tests.test_bundle import genai_greedy
-from tests.test_export import max_diff, onnx_from_torch, randomize
-from tests.test_generate import exported, prompts, reference_greedy
-from tests.test_proxy import counted_by_torch
+from tests.helpers import (
+    counted_by_torch,
+    exported,
+    genai_greedy,
+    max_diff,
+    onnx_from_torch,
+    prompts,
+    randomize,
+    reference_greedy,
+)
 
 
 def par(block_types, **overrides) -> Architecture:

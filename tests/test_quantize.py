@@ -30,7 +30,7 @@ from ltsedge.exporters.quantize import QuantOptions, precision_of
 from ltsedge.generation import greedy
 from ltsedge.keys import candidate_model_key
 from ltsedge.ortcompat import target_for
-from tests.helpers import fake_fingerprint, genai_greedy, ltsedge_cli, max_diff, meas, no_traceback, randomize
+from tests.helpers import fake_fingerprint, genai_greedy, max_diff, meas, randomize, run_ltsedge as run
 
 CPU = ["CPUExecutionProvider"]
 SMALL = Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=256, n_positions=64)
@@ -225,10 +225,6 @@ def test_quantization_options_change_the_file():
               if a.name == "block_size"}
     assert blocks == {64} and default.to_bytes() != coarse.to_bytes()
     assert json.loads(read_metadata(coarse.proto)["quantization"])["symmetric"] is False
-
-
-def run(*args):
-    return no_traceback(ltsedge_cli(*args))
 
 
 def test_a_precision_the_target_or_provider_cannot_run_is_one_line_exit_2(tmp_path, arch_file):

@@ -12,11 +12,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from tests.helpers import ltsedge_cli, no_traceback
-
-
-def run(*args):
-    return no_traceback(ltsedge_cli(*args))
+from tests.helpers import run_ltsedge as run
 
 
 @pytest.fixture(scope="module")

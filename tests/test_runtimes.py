@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from ltsedge.architecture import Architecture
-from ltsedge.backbones import get_backbone
 from ltsedge.exporters.bundle import export_to_path
+from tests.helpers import trained_like_weights
 
 optimum_ort = pytest.importorskip("optimum.onnxruntime", reason="Optimum (optimum[onnxruntime]) is not installed")
 from transformers import AutoConfig  # noqa: E402 - Optimum's dependency: only once it is known to be there
@@ -45,13 +45,6 @@ ARCHS = {
     # Adaptive embeddings: inside the graph; nothing Optimum reads differs from a plain GPT-2's.
     "gpt2 adaptive embedding": (arch(d_embed=32, div_val=2), "gpt2", 2),
 }
-
-def trained_like_weights(arch, path) -> None:
-    """The reference model's random initial weights, scaled up: a random init predicts one token over
-    and over, trained weights (like these) a varied sequence."""
-    model = get_backbone(arch.backbone).build_model(arch, seed=1)
-    torch.save({name: tensor * 8 for name, tensor in model.state_dict().items()}, path)
-
 
 def full_recompute_greedy(model_file, prompt: list[int], steps: int) -> list[int]:
     """Greedy tokens from plain onnxruntime: the whole sequence fed at every step, the caches empty."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
@@ -17,21 +15,10 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.files import write_file
 from ltsedge.search.outdir import MANIFEST, OutputDir
 from tests.conftest import tiny_arch
+from tests.helpers import one_line_exit_2, run_ltsedge
 
 TOKENIZER = {"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []},
              "added_tokens": [{"id": 499, "content": "<|endoftext|>", "special": True}]}
-
-
-def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def one_line_exit_2(proc, message):
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def export(output, **kwargs):
@@ -107,7 +94,7 @@ def test_report_refuses_a_crafted_manifest_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / MANIFEST).write_text(json.dumps({"format": 1, "files": ["report/../../victim.txt"]}))
-    one_line_exit_2(run("report", out), "a path outside")
+    one_line_exit_2(run_ltsedge("report", out), "a path outside")
 
 
 # --- 2. export -o EXISTING_DIR: only ltsedge's own files are replaced, never through a link ---------------
@@ -117,7 +104,7 @@ def test_export_generate_refuses_to_overwrite_a_users_file_and_writes_nothing(tm
     (bundle / "config.json").write_text('{"mine": true}')
     arch = tmp_path / "arch.json"
     arch.write_text(tiny_arch().to_json())
-    proc = run("export", arch, "--variant", "generate", "-o", bundle)
+    proc = run_ltsedge("export", arch, "--variant", "generate", "-o", bundle)
     one_line_exit_2(proc, "config.json was not written by ltsedge export")
     assert (bundle / "config.json").read_text() == '{"mine": true}'
     assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]
@@ -157,7 +144,7 @@ def test_a_link_in_a_directory_without_manifest_is_refused_as_not_ltsedges(tmp_p
 def test_export_refuses_to_replace_a_fifo(tmp_path, arch_file):
     fifo = tmp_path / "pipe.onnx"
     os.mkfifo(fifo)
-    one_line_exit_2(run("export", arch_file(), "-o", fifo), "it is a FIFO")
+    one_line_exit_2(run_ltsedge("export", arch_file(), "-o", fifo), "it is a FIFO")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
@@ -243,7 +230,7 @@ def test_an_oversized_companion_or_a_fifo_is_refused(tmp_path):
 ])
 def test_malformed_added_tokens_are_one_line_and_leave_no_partial_bundle(tmp_path, arch_file, added, message):
     tokenizer = tokenizer_dir(tmp_path, {**TOKENIZER, "added_tokens": added})
-    proc = run("export", arch_file(), "--variant", "generate", "--tokenizer", tokenizer, "-o", tmp_path / "b")
+    proc = run_ltsedge("export", arch_file(), "--variant", "generate", "--tokenizer", tokenizer, "-o", tmp_path / "b")
     one_line_exit_2(proc, message)
     assert not (tmp_path / "b").exists()
 

@@ -4,9 +4,8 @@ problem and exit 2, or a bounded wait with a message (issue 23)."""
 from __future__ import annotations
 
 import math
-import socket
-import subprocess
 import sys
+import socket
 import time
 import xml.etree.ElementTree as ET
 
@@ -18,22 +17,9 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.runners import Measurement
 from ltsedge.space import SearchSpace
 from tests.conftest import tiny_arch
+from tests.helpers import ltsedge_process, one_line_exit_2, run_ltsedge
 
 DEEP = 100_000
-
-
-def run(*args, **kwargs):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, **kwargs)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def one_line_exit_2(proc, *messages):
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    for message in messages:
-        assert message in proc.stderr, proc.stderr
 
 
 @pytest.fixture
@@ -63,11 +49,11 @@ def test_deeply_nested_json_and_toml_are_one_line(tmp_path):
     deep_toml = tmp_path / "deep.toml"
     deep_toml.write_text("a = " + "[" * DEEP + "]" * DEEP + "\n")
     (tmp_path / "a.onnx").write_bytes(b"a model")
-    one_line_exit_2(run("params", deep_json), "malformed JSON: nested too deeply")
-    one_line_exit_2(run("check", "a.onnx", "--max-latency-ms", 5, "--against", deep_json, cwd=tmp_path),
+    one_line_exit_2(run_ltsedge("params", deep_json), "malformed JSON: nested too deeply")
+    one_line_exit_2(ltsedge_process("check", "a.onnx", "--max-latency-ms", 5, "--against", deep_json, cwd=tmp_path),
                     "--against file", "nested too deeply")
-    one_line_exit_2(run("space", "--config", deep_toml), "nested too deeply")
-    one_line_exit_2(run("check", "a.onnx", "--budgets", deep_toml, cwd=tmp_path), "nested too deeply")
+    one_line_exit_2(run_ltsedge("space", "--config", deep_toml), "nested too deeply")
+    one_line_exit_2(ltsedge_process("check", "a.onnx", "--budgets", deep_toml, cwd=tmp_path), "nested too deeply")
 
 
 def test_json_lines_still_read_after_a_deep_first_document(tmp_path):
@@ -95,14 +81,14 @@ def fleet_args(command, tmp_path, model):
 
 @pytest.mark.parametrize("command", [["agent"], *FLEET_COMMANDS])
 def test_a_scheduler_that_is_not_an_address_is_one_line(tmp_path, model, command):
-    proc = run(*fleet_args(command, tmp_path, model), "--scheduler", "notaurl")
+    proc = run_ltsedge(*fleet_args(command, tmp_path, model), "--scheduler", "notaurl")
     one_line_exit_2(proc, "--scheduler 'notaurl' is not a Dask scheduler address", "tcp://")
     assert not (tmp_path / "o").exists() and not (tmp_path / "s.sqlite").exists()
 
 
 @pytest.mark.parametrize("command", FLEET_COMMANDS)
 def test_machine_without_a_scheduler_is_one_line(tmp_path, model, command):
-    one_line_exit_2(run(*fleet_args(command, tmp_path, model), "--machine", "0123abcd"), "--machine", "--scheduler")
+    one_line_exit_2(run_ltsedge(*fleet_args(command, tmp_path, model), "--machine", "0123abcd"), "--machine", "--scheduler")
     assert not (tmp_path / "o").exists() and not (tmp_path / "s.sqlite").exists()
 
 
@@ -135,7 +121,7 @@ def test_scheduler_addresses():
 
 
 def test_profile_variant_of_an_onnx_model_is_checked(tmp_path, model):
-    one_line_exit_2(run("profile", model, "--variant", "nope", "--store", tmp_path / "s.sqlite"),
+    one_line_exit_2(run_ltsedge("profile", model, "--variant", "nope", "--store", tmp_path / "s.sqlite"),
                     "--variant nope", "as it was exported (forward)")
     assert not (tmp_path / "s.sqlite").exists()
 
@@ -145,9 +131,9 @@ def test_a_space_of_a_hundred_million_layer_choices_is_refused_at_once(tmp_path)
     config = tmp_path / "space.toml"
     config.write_text("n_layer = {min = 1, max = 100000000}\n")
     started = time.monotonic()
-    one_line_exit_2(run("space", "--config", config), "100,000,000 choices", "at most 10,000")
+    one_line_exit_2(run_ltsedge("space", "--config", config), "100,000,000 choices", "at most 10,000")
     config.write_text("n_layer = [2, 100000000]\n")
-    one_line_exit_2(run("space", "--config", config), "n_layer 100000000 is over the 10,000 layers")
+    one_line_exit_2(run_ltsedge("space", "--config", config), "n_layer 100000000 is over the 10,000 layers")
     assert time.monotonic() - started < 30
 
 
@@ -172,10 +158,10 @@ def test_the_size_in_logarithms_is_the_exact_sizes(changes):
 # --- 4. profile --shape for an input the model lacks ------------------------------------------------
 def test_profile_refuses_a_shape_for_an_input_the_model_lacks(tmp_path, model, arch_file):
     store = tmp_path / "s.sqlite"
-    one_line_exit_2(run("profile", model, "--shape", "foo=1x2", "--store", store),
+    one_line_exit_2(run_ltsedge("profile", model, "--shape", "foo=1x2", "--store", store),
                     "shape given for 'foo', which is not an input of the model (inputs: input_ids)")
     assert not store.exists()
-    one_line_exit_2(run("profile", arch_file(), "--shape", "foo=1x2", "--store", store),
+    one_line_exit_2(run_ltsedge("profile", arch_file(), "--shape", "foo=1x2", "--store", store),
                     "shape given for 'foo'")
     if store.exists():  # an architecture is exported first (its inputs are the export's): nothing stored
         from ltsedge.store import MeasurementStore
@@ -190,7 +176,7 @@ def test_an_unreadable_weights_file_is_ltsedges_own_line_without_torch_warnings(
 
     weights = tmp_path / "w.pt"
     weights.write_bytes(pickle.dumps([1, 2, 3], protocol=4))  # a pickle torch warns about, then refuses
-    proc = run("export", arch_file(), "-o", tmp_path / "m.onnx", "--weights", weights)
+    proc = run_ltsedge("export", arch_file(), "-o", tmp_path / "m.onnx", "--weights", weights)
     one_line_exit_2(proc, "weights file", "not a plain state_dict of tensors", "never runs code")
     assert "weights_only" not in proc.stderr and "Warning" not in proc.stderr
 
@@ -224,8 +210,8 @@ def test_junit_of_a_model_named_with_a_control_character_parses(tmp_path):
 
 def test_a_directory_given_as_a_model_says_so(tmp_path):
     (tmp_path / "models").mkdir()
-    one_line_exit_2(run("check", "models", "--max-latency-ms", 5, cwd=tmp_path), "models is a directory")
-    one_line_exit_2(run("profile", "models", "--store", tmp_path / "s.sqlite", cwd=tmp_path), "models is a directory")
+    one_line_exit_2(ltsedge_process("check", "models", "--max-latency-ms", 5, cwd=tmp_path), "models is a directory")
+    one_line_exit_2(ltsedge_process("profile", "models", "--store", tmp_path / "s.sqlite", cwd=tmp_path), "models is a directory")
 
 
 def test_the_python_api_checks_a_scheduler_address_as_the_cli_does():

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.report import write_report
-from ltsedge.report.compare import compare_searches, dominance
+from ltsedge.report.compare import dominance
 from ltsedge.report.data import load
 from ltsedge.search.outdir import MANIFEST
+from tests.helpers import one_line_exit_2, run_ltsedge
 
 EVIL = "<img src=x onerror=alert(1)>"
 CLOSE = "</script><script>alert(2)</script>"
@@ -59,19 +58,6 @@ def search_folder(path, search=None, front=None, lines=None):
                                          for r in (lines or [candidate(0), candidate(1)])]
     (path / "candidates.jsonl").write_text("\n".join(log) + "\n")
     return path
-
-
-def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def one_line_exit_2(proc, *messages):
-    assert proc.returncode == 2, proc.stderr
-    for message in messages:
-        assert message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 # --- 1. nothing from a file reaches the page unescaped ----------------------------------------------------
@@ -119,7 +105,7 @@ def test_injected_markup_in_typed_fields_is_refused_in_one_line(tmp_path, where,
     else:
         front["models"][0]["architecture"][where] = value
     out = search_folder(tmp_path / "out", search, front)
-    one_line_exit_2(run("report", out, "--out", tmp_path / "r"), message)
+    one_line_exit_2(run_ltsedge("report", out, "--out", tmp_path / "r"), message)
     assert not (tmp_path / "r").exists()
 
 
@@ -153,12 +139,12 @@ def test_report_and_compare_of_a_damaged_folder_exit_2_in_one_line(tmp_path):
     front = frontier()
     front["models"][1]["peak_memory_mb"] = "lots"
     bad = search_folder(tmp_path / "bad", front=front)
-    one_line_exit_2(run("report", bad, "--out", tmp_path / "r"), "frontier.json: models[1].peak_memory_mb")
+    one_line_exit_2(run_ltsedge("report", bad, "--out", tmp_path / "r"), "frontier.json: models[1].peak_memory_mb")
     search = summary()
     search["fingerprint"] = "abc"
     other = search_folder(tmp_path / "other", search)
     good = search_folder(tmp_path / "good")
-    one_line_exit_2(run("compare", good, other, "--out", tmp_path / "cmp"), "search.json: fingerprint")
+    one_line_exit_2(run_ltsedge("compare", good, other, "--out", tmp_path / "cmp"), "search.json: fingerprint")
     assert not (tmp_path / "r").exists() and not (tmp_path / "cmp").exists()
 
 
@@ -180,8 +166,8 @@ def test_report_and_compare_into_an_existing_file_are_one_line(tmp_path):
     out, other = search_folder(tmp_path / "out"), search_folder(tmp_path / "other")
     taken = tmp_path / "taken.txt"
     taken.write_text("mine")
-    one_line_exit_2(run("report", out, "--out", taken), "is a file, not a folder")
-    one_line_exit_2(run("compare", out, other, "--out", taken), "is a file, not a folder")
+    one_line_exit_2(run_ltsedge("report", out, "--out", taken), "is a file, not a folder")
+    one_line_exit_2(run_ltsedge("compare", out, other, "--out", taken), "is a file, not a folder")
     assert taken.read_text() == "mine"
 
 
@@ -226,9 +212,9 @@ def test_a_crafted_manifest_is_still_refused_when_reporting(tmp_path):
 
 
 def test_the_report_command_of_a_typo_or_a_copied_folder(tmp_path):
-    one_line_exit_2(run("report", tmp_path / "typo-dir"), "not found")
+    one_line_exit_2(run_ltsedge("report", tmp_path / "typo-dir"), "not found")
     assert not (tmp_path / "typo-dir").exists()
     out = search_folder(tmp_path / "copy")  # no manifest: as copied by hand
-    proc = run("report", out, "--html")
+    proc = run_ltsedge("report", out, "--html")
     assert proc.returncode == 0, proc.stderr
     assert (out / "report" / "index.html").is_file()

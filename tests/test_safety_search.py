@@ -23,7 +23,7 @@ from ltsedge.search.pareto import pareto_front
 from ltsedge.search.run import SearchRun, SearchSettings
 from ltsedge.store import MeasurementStore
 from tests.conftest import tiny_arch
-from tests.test_checkpoint import fresh_algorithm, generation
+from tests.helpers import fresh_algorithm, generation
 
 SEED = 2
 # The same search from Python and from the command line (one identity: one checkpoint fits both).
@@ -87,6 +87,7 @@ class Killed(BaseException):
     """A kill -9 while the frontier is published, as far as the search's own code can tell."""
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_or_killed_while_publishing_search_publishes_without_evolving(tmp_path, monkeypatch):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     import ltsedge.search.run as run_module
@@ -131,6 +132,7 @@ def _ragged_population(out: Path) -> None:
     (out / "checkpoint.json").write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, words", [
     (_ragged_population, ["checkpoint", "damaged", "population F", "--restart"]),
     (lambda out: (out / "checkpoint.json").write_text("[1,2]"), ["checkpoint", "unreadable", "--restart"]),
@@ -233,7 +235,7 @@ def test_a_billion_candidates_is_refused_at_once(tmp_path):
 def one_agent(tmp_path):
     """A scheduler and one agent on loopback (the fleet tests' helpers)."""
     pytest.importorskip("distributed", reason="Dask's distributed is not installed")
-    from tests.test_fleet import DEVICE, free_port, start, wait_for
+    from tests.helpers import FLEET_DEVICE, free_port, start, wait_for
 
     dask = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
     if dask is None:
@@ -241,7 +243,7 @@ def one_agent(tmp_path):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     device = tmp_path / "fleet.toml"
-    device.write_text(DEVICE)
+    device.write_text(FLEET_DEVICE)
     procs = [start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                    tmp_path / "scheduler.log")]
     try:
@@ -257,6 +259,7 @@ def one_agent(tmp_path):
             proc.wait()
 
 
+@pytest.mark.slow
 def test_a_model_with_external_data_is_measured_on_the_fleet_and_its_figure_served_here(tmp_path, one_agent):
     address, device = one_agent
     model, store = tmp_path / "model" / "model.onnx", tmp_path / "s.sqlite"

@@ -6,30 +6,17 @@ in one line (exit 2) before anything is written."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from ltsedge.exporters.bundle import export_to_path
 from tests.conftest import TINY_VOCAB, tiny_arch
+from tests.helpers import one_line_exit_2, run_ltsedge
 
 SENTENCES = ["the quick brown fox jumps over the lazy dog", "a small model speaks in small tokens",
              "the dog sleeps while the fox runs away", "tokens in, tokens out: a tiny vocabulary"]
 SENTENCE = "the lazy fox sleeps over a small dog, quickly"
 TRAINED_VOCAB = 300  # under tiny_arch's 500
-
-
-def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
-def one_line_exit_2(proc, message):
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +73,7 @@ def test_the_folder_form_takes_its_tokenizer_json_and_companions_and_makes_the_m
     (folder / "tokenizer.json").write_bytes(trained.read_bytes())
     mine = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32, "eos_token": "<|endoftext|>"}
     (folder / "tokenizer_config.json").write_text(json.dumps(mine))
-    proc = run("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "b")
+    proc = run_ltsedge("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
     bundle = tmp_path / "b"
     assert (bundle / "tokenizer.json").read_bytes() == trained.read_bytes()
@@ -96,7 +83,7 @@ def test_the_folder_form_takes_its_tokenizer_json_and_companions_and_makes_the_m
     assert len(made) == 1 and str(bundle / "special_tokens_map.json") in made[0]  # said, for the one made
 
     (folder / "tokenizer.json").unlink()
-    proc = run("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "c")
+    proc = run_ltsedge("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "c")
     one_line_exit_2(proc, f"tokenizer folder {folder} has no tokenizer.json")
     assert not (tmp_path / "c").exists()
 
@@ -116,7 +103,7 @@ def test_a_tokenizer_whose_ids_do_not_fit_the_vocabulary_is_one_line_and_nothing
         tokenizer, arch = tmp_path / "tok" / "tokenizer.json", tiny_arch()
         tokenizer.parent.mkdir()
         tokenizer.write_text(json.dumps(content))
-    proc = run("export", arch_file(arch), "--variant", "generate", "--tokenizer", tokenizer, "-o", tmp_path / "b")
+    proc = run_ltsedge("export", arch_file(arch), "--variant", "generate", "--tokenizer", tokenizer, "-o", tmp_path / "b")
     one_line_exit_2(proc, f"token ids go up to {largest}, the architecture's vocab_size is {arch.vocab_size}")
     assert not (tmp_path / "b").exists()
 
