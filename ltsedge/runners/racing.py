@@ -4,13 +4,13 @@ Every candidate gets a cheap first estimate (``first_estimate`` paired samples).
 optimistic latency (the fastest of those samples, less the tolerance) and memory (less its noise)
 is dominated by a point of the current front — taken at its pessimistic figures — or breaks a
 budget, no amount of further timing can put it on the front: it stops there. Everything else is
-timed to full precision. The frontier is still re-measured strictly before it is published.
+timed to full precision. The frontier is still re-measured afresh before it is published.
 
 Only the race's own workload (the search's objective) is timed to the profile's tolerance. A generate
 model's other workload is reported, not optimised: it is timed coarsely (``secondary``), since in a
 decode search the prompt's prefill took about four fifths of each measurement (docs/benchmarks.md).
 Its figures carry ``coarse: true``; a coarse figure never replaces a complete one in the store, and the
-published frontier is re-measured strictly, every workload in full.
+published frontier is re-measured afresh (search/frontier.py).
 
 Pure and picklable: the parent sends a ``Race`` with each request, the worker asks ``settled``.
 """

@@ -51,7 +51,7 @@ class Candidate:
     measurement: dict
     # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
     # "settled" (predicted, then measured at the end because its prediction would enter the front),
-    # "skipped" (outside the parameter budget) or "final" (re-measured strictly from the published file)
+    # "skipped" (outside the parameter budget) or "final" (re-measured from the published file, frontier.py)
     source: str
     generation: int
     latency_field: str = "latency_ms"  # the measurement's figure the search optimises
@@ -233,7 +233,7 @@ class CandidateEvaluator:
         if stored is None:
             return None
         # A stored first estimate (raced out) is a real figure with its interval: reused as it is, so that
-        # the same seed and store replay the same search; the frontier is re-measured strictly anyway.
+        # the same seed and store replay the same search; the frontier is re-measured afresh anyway.
         calibration = self.runner.calibrate().reference_ms
         if stored.get("ok"):
             remember(self.store, arch, self.store_key(arch)[0])  # figures stored before architectures were

@@ -1,10 +1,18 @@
 """The deployable models that publish the Pareto frontier (its maths are in ``pareto.py``).
 
 Publishing writes each frontier model (``models/<id>.onnx``, or a bundle ``models/<id>/``) and
-re-measures it from the exact file the user receives, with a stricter repeat policy: a fresh figure,
-because the search's figures of the models it kept are biased low (among many noisy figures, the
-front holds those that came out lowest). The front is recomputed with those figures, and every kept
-file's sha256 checked against the one recorded when it was measured.
+re-measures it from the exact file the user receives: a fresh figure, because the search's figures of
+the models it kept are biased low (among many noisy figures, the front holds those that came out
+lowest). Precision is spent only where a decision depends on it (``undecided``): every model is first
+re-measured at the search's own policy; a model whose place on the front still hangs on the noise (its
+latency interval overlaps that of a model that would dominate it or that it would dominate, or it
+straddles the latency budget) is measured again with the strict policy. A front point far from its
+neighbours keeps its fresh figure: more runs would not change what is published. The front is
+recomputed with the final figures, and every kept file's sha256 checked against the one recorded when
+it was measured.
+
+Only the objective's workload is timed to the policy; a generate model's other workload (reported, not
+optimised) is timed coarsely (``Race.secondary``) and says so (``coarse: true``).
 """
 
 from __future__ import annotations
@@ -18,10 +26,12 @@ from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.files import sha256_of
 from ltsedge.runners import Runner
 from ltsedge.runners.measurement import rescaled
+from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate
 from ltsedge.search.outdir import MODELS, OutputDir
 from ltsedge.search.pareto import pareto_front
+from ltsedge.search.racing import WORKLOAD
 
 
 @dataclass
@@ -30,18 +40,18 @@ class PublishedModel:
     path: Path  # the ONNX model measured (in a bundle: its model.onnx)
     sha256: str  # of that file
     files: dict[str, str] = field(default_factory=dict)  # every file shipped, relative to OUT -> sha256
+    remeasured: str | None = None  # the policy of its final figure: "search" or "strict" (None: not yet)
 
     @property
     def bundle(self) -> Path | None:
         return self.path.parent if self.path.name == MODEL_FILE else None
 
 
-def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: Budgets,
-            target_ort: str | None = None, log=print, variant: str = "forward",
-            precision: str = "fp32") -> list[PublishedModel]:
-    """Write, re-measure and verify the frontier models; return the front recomputed on the new figures.
+def write_frontier(front: list[Candidate], outdir: OutputDir, *, target_ort: str | None = None,
+                   variant: str = "forward", precision: str = "fp32",
+                   execution_provider: str = "CPUExecutionProvider") -> list[PublishedModel]:
+    """Export every front model into ``models/`` (the generate variant as a bundle ``models/<id>/``).
 
-    The forward variant ships as ``models/<id>.onnx``, the generate variant as a bundle ``models/<id>/``.
     Models an earlier (restarted or interrupted) search of this directory published are removed;
     only files the manifest records as ltsedge's are ever touched."""
     keep = {c.arch.id for c in front}
@@ -51,7 +61,7 @@ def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: 
     written = []
     for c in front:
         exported = export_model(c.arch, target_ort=target_ort, variant=variant, precision=precision,
-                                execution_provider=runner.profile.execution_provider)
+                                execution_provider=execution_provider)
         if variant == "generate":
             files = write_bundle(exported, outdir.root / MODELS / c.arch.id, claim=_claimer(outdir))
             files = {f"{MODELS}/{c.arch.id}/{name}": sha for name, sha in files.items()}
@@ -62,23 +72,74 @@ def publish(front: list[Candidate], runner: Runner, outdir: OutputDir, budgets: 
                 outdir.path(model_rel + ".data")
             saved = exported.save_files(outdir.path(model_rel))
             files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}
-        written.append((c, model_rel, files))
-    remeasured = runner.measure_many([outdir.root / rel for _, rel, _ in written])
+        written.append(PublishedModel(c, outdir.root / model_rel, files[model_rel], files))
+    return written
+
+
+def remeasure(models: list[PublishedModel], runner: Runner, objective: str, policy: str,
+              log=print) -> list[PublishedModel]:
+    """A fresh figure of each model from its published file, the objective's workload timed to the
+    runner's policy (named ``policy`` in the result), the others coarsely. A model whose measurement
+    fails keeps the figure it had, and the error beside it."""
+    if not models:
+        return []
+    races = [Race(WORKLOAD[objective], p.candidate.params.decoder_params, (), runner.profile.tolerance)
+             for p in models]  # no front to race against: only the coarse other workloads
+    measured = runner.measure_many([p.path for p in models], race=lambda i: races[i])
     calibration = runner.calibrate().reference_ms
-    published = []
-    for (c, rel, files), m in zip(written, remeasured):
+    out = []
+    for p, m in zip(models, measured):
         record = m.to_dict()
         if not record.get("ok"):
-            log(f"warning: {c.arch.id} failed its final measurement ({record.get('error')}); keeping the search figures")
-            record = {**rescaled(c.measurement, calibration), "final_measurement_error": record.get("error")}
-        final = replace(c, measurement=record, source="final")
-        published.append(PublishedModel(final, outdir.root / rel, files[rel], files))
-    kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in published], budgets)}
-    for p in published:
-        if p.candidate.arch.id not in kept_ids:  # dominated once measured strictly
+            log(f"warning: {p.candidate.arch.id} failed its final measurement ({record.get('error')}); "
+                f"keeping its earlier figures")
+            record = {**rescaled(p.candidate.measurement, calibration), "final_measurement_error": record.get("error")}
+        out.append(replace(p, candidate=replace(p.candidate, measurement=record, source="final"), remeasured=policy))
+    return out
+
+
+def _interval(c: Candidate, objective: str) -> tuple[float, float] | None:
+    """The objective latency's interval (ms) from the candidate's measurement, if it has one."""
+    m = c.measurement
+    w = (m.get("workloads") or {}).get(WORKLOAD[objective]) or m
+    low, high = w.get("latency_low_ms"), w.get("latency_high_ms")
+    if low is None or high is None or c.latency_ms is None:
+        return None
+    return min(low, c.latency_ms), max(high, c.latency_ms)
+
+
+def undecided(models: list[PublishedModel], budgets: Budgets, objective: str) -> set[str]:
+    """Ids of the models whose place on the front could change within their latency intervals.
+
+    Decoder parameters are exact and peak memory is not made more precise by more runs, so a pair's
+    dominance hangs on latency alone: it is undecided when one model has at least the other's
+    parameters and at most its memory and their latency intervals overlap. A model straddling the
+    latency budget is undecided too; so is one without an interval (e.g. a failed re-measurement)."""
+    ok = [p.candidate for p in models if p.candidate.ok]
+    intervals = {c.arch.id: _interval(c, objective) for c in ok}
+    doubtful = {cid for cid, iv in intervals.items() if iv is None}
+    limit = budgets.max_latency_ms
+    if limit is not None:
+        doubtful |= {cid for cid, iv in intervals.items() if iv is not None and iv[0] <= limit < iv[1]}
+    for a in ok:
+        for b in ok:
+            if a is b or b.params.decoder_params < a.params.decoder_params or b.memory_mb > a.memory_mb:
+                continue
+            ia, ib = intervals[a.arch.id], intervals[b.arch.id]
+            if ia is not None and ib is not None and ib[0] <= ia[1] and ia[0] <= ib[1]:
+                doubtful |= {a.arch.id, b.arch.id}  # would b dominate a? Their latency cannot tell yet
+    return doubtful
+
+
+def keep_front(models: list[PublishedModel], outdir: OutputDir, budgets: Budgets) -> list[PublishedModel]:
+    """The front recomputed on the final figures: the files of models it no longer holds are removed,
+    every kept file's sha256 verified; sorted by decoder parameters."""
+    kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in models], budgets)}
+    for p in models:
+        if p.candidate.arch.id not in kept_ids:  # dominated once measured afresh
             for rel in p.files:
                 outdir.remove(rel)
-    published = [p for p in published if p.candidate.arch.id in kept_ids]
+    published = [p for p in models if p.candidate.arch.id in kept_ids]
     for p in published:
         for rel, sha in p.files.items():
             verify_sha256(outdir.root / rel, sha)

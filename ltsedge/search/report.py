@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "prefill_latency_ms",
                     "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",
                     "weights_mb", "onnx", "sha256", "n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val",
-                    "block_types", "agent", "precision"]
+                    "block_types", "agent", "precision", "remeasured"]
 # figures: "measured" or "predicted" (by the device's cost model; then low/high are its interval).
 CANDIDATE_COLUMNS = ["id", "generation", "source", "figures", "ok", "feasible", "decoder_params", "total_params",
                      "latency_ms", "latency_low_ms", "latency_high_ms", "latency_p90_ms", "prefill_latency_ms",
@@ -48,6 +48,7 @@ def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
         "weights_mb": m.get("weights_mb"), "prefill_latency_ms": m.get("prefill_latency_ms"),
         "decode_latency_ms": m.get("decode_latency_ms"), "kv_cache_mb": m.get("kv_cache_mb"),
         "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256,
+        "remeasured": p.remeasured,  # its figure's policy: "search" (decided at it) or "strict" (it was not)
         "bundle": str(p.bundle.relative_to(out_dir)) if p.bundle else None, "files": p.files, "measurement": m,
     }
 

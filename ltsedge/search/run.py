@@ -174,7 +174,8 @@ class SearchRun:
                           outdir, runner_factory=self._pinned_factory(runner.calibrate()), log=self.log,
                           with_baseline=not interrupted)
         summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
-        summary["publish_seconds"] = time.time() - publish_started  # strict re-measurement, baseline, files
+        summary["publish_seconds"] = time.time() - publish_started  # files, re-measurement, baseline
+        summary["publish"] = finished.cost.to_dict()  # what each pass of publishing measured and cost
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
                               self.settings.budgets, interrupted)
         report.write_outputs(result)
@@ -248,7 +249,7 @@ class SearchRun:
         self.state.calibration = runner.calibrate().to_dict()
 
     def _pinned_factory(self, scale: Calibration) -> Callable[..., Runner]:
-        """Runners for the finishing step (the frontier's strict re-measurement) in the search's scale."""
+        """Runners for the finishing step (the frontier's re-measurement) in the search's scale."""
         def make(profile: DeviceProfile, **options) -> Runner:
             runner = self.runner_factory(profile, **options)
             if hasattr(runner, "use_pinned"):

@@ -35,6 +35,11 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         f"{ev['failed']} failed, "
         f"{ev['skipped']} outside the parameter budget, {s['wall_seconds'] / 60:.1f} min on {s['device']['name']}"
     )
+    publish = s.get("publish")
+    if publish and publish["front"]:
+        console.print(f"publishing: the search's {publish['front']} front models re-measured from their files, "
+                      f"{publish['strict']} undecided ones again strictly, {publish['published']} published "
+                      f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)")
     objective = s["settings"].get("objective", "forward")
     model = s.get("cost_model") or {}
     checked = [f"{name} {model[name]['median_error']:.1%} (interval held {model[name]['interval_coverage']:.0%})"
