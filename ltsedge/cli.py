@@ -415,11 +415,11 @@ def check(
     _fleet(scheduler, machine)
     if marginal is None:
         marginal = "fail" if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on") else "pass"
-    report = run_check(models or [], device, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb,
-                       max_prefill_ms=max_prefill_ms, max_decode_ms=max_decode_ms,
-                       budgets_file=budgets, shapes=parse_shape_options(shape), against=against,
-                       max_regression=max_regression, force=force, scheduler=scheduler, machine=machine,
-                       marginal=marginal)
+    limits = {"max_latency_ms": max_latency_ms, "max_memory_mb": max_memory_mb,  # budget key -> flag's value
+              "max_prefill_ms": max_prefill_ms, "max_decode_ms": max_decode_ms}
+    report = run_check(models or [], device, budgets=limits, budgets_file=budgets,
+                       shapes=parse_shape_options(shape), against=against, max_regression=max_regression,
+                       force=force, scheduler=scheduler, machine=machine, marginal=marginal)
     if as_json:
         typer.echo(json.dumps(report.to_json(), default=str))
     else:

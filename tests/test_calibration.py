@@ -204,8 +204,8 @@ class FakeMeasure:
 def checked(tmp_path, limit, *, spread, marginal, value=10.0):
     model = tmp_path / "a.onnx"
     model.write_bytes(b"not parsed: measured by the fake")
-    return run_check([model], FAST, max_latency_ms=limit, measure=FakeMeasure(value), log=lambda line: None,
-                     fingerprint=fake_fingerprint(FAST), spread=spread, marginal=marginal)
+    return run_check([model], FAST, budgets={"max_latency_ms": limit}, measure=FakeMeasure(value),
+                     log=lambda line: None, fingerprint=fake_fingerprint(FAST), spread=spread, marginal=marginal)
 
 
 def junit_root(report, tmp_path):
@@ -247,7 +247,7 @@ def test_without_a_policy_a_marginal_check_follows_its_value(tmp_path):
 def test_memory_is_not_widened_by_the_machine_s_speed(tmp_path):
     model = tmp_path / "a.onnx"
     model.write_bytes(b"x")
-    report = run_check([model], FAST, max_memory_mb=90.0, measure=FakeMeasure(10.0), log=lambda line: None,
+    report = run_check([model], FAST, budgets={"max_memory_mb": 90.0}, measure=FakeMeasure(10.0), log=lambda line: None,
                        fingerprint=fake_fingerprint(FAST), spread=0.5, marginal="pass")
     (c,) = report.checks
     assert not c.marginal and c.verdict == "FAIL" and report.exit_code == 1

@@ -130,14 +130,15 @@ def verdicts(report):
 def test_pass_and_fail_with_margins(tmp_path, fast):
     a, b = fake_files(tmp_path, "a.onnx", "b.onnx")
     fake = FakeMeasure({"a.onnx": meas(40.0, 200.0), "b.onnx": meas(60.0, 300.0)})
-    report = check([a, b], fast, fake, max_latency_ms=50, max_memory_mb=250)
+    report = check([a, b], fast, fake, budgets={"max_latency_ms": 50, "max_memory_mb": 250})
     assert verdicts(report) == {("a.onnx", "latency"): "pass", ("a.onnx", "memory"): "pass",
                                 ("b.onnx", "latency"): "FAIL", ("b.onnx", "memory"): "FAIL"}
     assert report.exit_code == 1 and not report.passed and len(fake.calls) == 1  # nothing close: measured once
     lat = report.results[0].checks[0]
     assert (lat.margin, lat.margin_pct) == (10.0, 20.0)
     assert report.results[1].checks[0].message() == "latency 60.0 ms > budget 50.0 ms"
-    ok = check([a], fast, FakeMeasure({"a.onnx": meas(40.0, 200.0)}), max_latency_ms=50, max_memory_mb=250)
+    ok = check([a], fast, FakeMeasure({"a.onnx": meas(40.0, 200.0)}),
+               budgets={"max_latency_ms": 50, "max_memory_mb": 250})
     assert ok.exit_code == 0 and ok.passed
 
 
@@ -170,7 +171,7 @@ def test_marginal_latency_is_remeasured_strictly_and_marked(tmp_path, fast, seco
     a, b = fake_files(tmp_path, "a.onnx", "b.onnx")
     first = meas(50.3, cv=0.05, runs=10, converged=False, p90=55.0, low=47.0)  # +-3.9%: 50 is within
     fake = FakeMeasure({"a.onnx": first, "b.onnx": meas(20.0)}, {"a.onnx": meas(second)})
-    report = check([a, b], fast, fake, max_latency_ms=50)
+    report = check([a, b], fast, fake, budgets={"max_latency_ms": 50})
     # measured again: only the close model, with the stricter policy (twice the runs, half the tolerance)
     assert len(fake.calls) == 2 and fake.calls[1][1] == ["a.onnx"]
     careful = fake.calls[1][0]
@@ -193,7 +194,7 @@ def test_marginal_latency_is_remeasured_strictly_and_marked(tmp_path, fast, seco
 def test_only_the_close_metric_is_redecided(tmp_path, fast):
     (a,) = fake_files(tmp_path, "a.onnx")
     fake = FakeMeasure({"a.onnx": meas(10.0, 99.0)}, {"a.onnx": meas(30.0, 98.0)})
-    report = check([a], fast, fake, max_latency_ms=50, max_memory_mb=100)
+    report = check([a], fast, fake, budgets={"max_latency_ms": 50, "max_memory_mb": 100})
     lat, mem = report.results[0].checks
     assert mem.marginal and mem.value == 98.0 and mem.verdict == "marginal pass"
     assert not lat.marginal and not lat.remeasured and lat.value == 10.0  # latency keeps its first value
@@ -203,7 +204,7 @@ def test_only_the_close_metric_is_redecided(tmp_path, fast):
 def test_failed_remeasurement_keeps_the_first_verdict(tmp_path, fast):
     (a,) = fake_files(tmp_path, "a.onnx")
     fake = FakeMeasure({"a.onnx": meas(50.1, converged=True)}, {"a.onnx": Measurement.failure("timed out after 60 s")})
-    report = check([a], fast, fake, max_latency_ms=50)
+    report = check([a], fast, fake, budgets={"max_latency_ms": 50})
     c = report.results[0].checks[0]
     assert c.verdict == "marginal fail" and c.value == 50.1 and not c.remeasured
     assert any("re-measurement failed (timed out" in n for n in c.notes)
@@ -212,7 +213,7 @@ def test_failed_remeasurement_keeps_the_first_verdict(tmp_path, fast):
 def test_a_model_that_cannot_be_measured_fails_the_gate(tmp_path, fast):
     a, b = fake_files(tmp_path, "a.onnx", "b.onnx")
     fake = FakeMeasure({"a.onnx": Measurement.failure("failed to load: protobuf parsing failed"), "b.onnx": meas()})
-    report = check([a, b], fast, fake, max_latency_ms=50, max_memory_mb=500)
+    report = check([a, b], fast, fake, budgets={"max_latency_ms": 50, "max_memory_mb": 500})
     assert report.exit_code == 1
     assert [c.verdict for c in report.results[0].checks] == ["ERROR", "ERROR"]
     out = report.to_json()["results"][0]
@@ -279,13 +280,13 @@ def test_budget_precedence_file_then_flags_then_profile(budget_models, fast, tmp
     profile = fast.replace(max_latency_ms=7.0, max_memory_mb=700.0)
     a, b = tmp_path / "models/a.onnx", tmp_path / "models/b.onnx"
     fake = FakeMeasure({"a.onnx": meas(), "b.onnx": meas()})
-    report = check([a, b], profile, fake, budgets_file=budget_models, max_memory_mb=250)
+    report = check([a, b], profile, fake, budgets_file=budget_models, budgets={"max_memory_mb": 250})
     (ra, rb) = report.results
     assert ra.target.budgets.to_dict() == {"max_latency_ms": 50.0, "max_memory_mb": 250.0}  # file, flag
     assert rb.target.budgets.to_dict() == {"max_latency_ms": 5.0, "max_memory_mb": 300.0}  # file wins over the flag
     assert rb.target.budgets.sources["max_memory_mb"] == str(budget_models)
     # no file: flags, then the profile's own [budgets]
-    report = check([a], profile, FakeMeasure({"a.onnx": meas()}), max_latency_ms=20)
+    report = check([a], profile, FakeMeasure({"a.onnx": meas()}), budgets={"max_latency_ms": 20})
     assert report.results[0].target.budgets.to_dict() == {"max_latency_ms": 20.0, "max_memory_mb": 700.0}
     assert report.results[0].target.budgets.sources["max_memory_mb"] == "device profile fast"
 
@@ -303,7 +304,8 @@ def test_model_missing_from_the_budgets_file(budget_models, fast, tmp_path):
     d = tmp_path / "models/d.onnx"
     with pytest.raises(LtsedgeError, match="d.onnx is not in the budgets file .*budgets.toml"):
         check([d], fast, FakeMeasure(), budgets_file=budget_models)
-    report = check([d], fast, FakeMeasure({"d.onnx": meas(30.0)}), budgets_file=budget_models, max_latency_ms=20)
+    report = check([d], fast, FakeMeasure({"d.onnx": meas(30.0)}), budgets_file=budget_models,
+                   budgets={"max_latency_ms": 20})
     assert verdicts(report) == {("d.onnx", "latency"): "FAIL"}  # the command-line budget applies
 
 
@@ -337,15 +339,15 @@ def test_malformed_budget_files_are_bad_input(tmp_path, text, message):
 def test_missing_files_and_bad_flags_are_bad_input(tmp_path, fast):
     (a,) = fake_files(tmp_path, "a.onnx")
     with pytest.raises(LtsedgeError, match="model file not found: .*nope.onnx"):
-        check([a, tmp_path / "nope.onnx"], fast, FakeMeasure(), max_latency_ms=5)
+        check([a, tmp_path / "nope.onnx"], fast, FakeMeasure(), budgets={"max_latency_ms": 5})
     with pytest.raises(LtsedgeError, match="budgets file not found"):
         check([a], fast, FakeMeasure(), budgets_file=tmp_path / "nope.toml")
     with pytest.raises(LtsedgeError, match="--max-latency-ms = 0 is out of range"):
-        check([a], fast, FakeMeasure(), max_latency_ms=0)
+        check([a], fast, FakeMeasure(), budgets={"max_latency_ms": 0})
     with pytest.raises(LtsedgeError, match="no model to check"):
-        check([], fast, FakeMeasure(), max_latency_ms=5)
+        check([], fast, FakeMeasure(), budgets={"max_latency_ms": 5})
     with pytest.raises(LtsedgeError, match="unknown device profile 'tpu'"):
-        run_check([a], "tpu", max_latency_ms=5, log=quiet)
+        run_check([a], "tpu", budgets={"max_latency_ms": 5}, log=quiet)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +372,7 @@ def test_regression_against_previous_check_json(tmp_path, fast, monkeypatch):
         {"model": "./b.onnx", "latency_ms": 10.0, "peak_memory_mb": 100.0},
     ]))
     fake = FakeMeasure({"a.onnx": meas(12.0, 101.0), "b.onnx": meas(10.2, 99.0)})
-    report = check(["a.onnx", "b.onnx"], fast, fake, max_latency_ms=50, against=prev)
+    report = check(["a.onnx", "b.onnx"], fast, fake, budgets={"max_latency_ms": 50}, against=prev)
     assert verdicts(report) == {
         ("a.onnx", "latency"): "pass", ("a.onnx", "latency vs previous"): "FAIL",  # +20% > 10%
         ("a.onnx", "memory vs previous"): "pass",
@@ -385,8 +387,8 @@ def test_regression_against_previous_check_json(tmp_path, fast, monkeypatch):
     assert case.find("failure").get("message").startswith(
         "latency 12.0 ms > regression limit 11.0 ms (previous 10.0 ms, +20.0%)")
     # a looser --max-regression lets it through
-    loose = check(["a.onnx"], fast, FakeMeasure({"a.onnx": meas(12.0, 101.0)}), max_latency_ms=50, against=prev,
-                  max_regression=0.25)
+    loose = check(["a.onnx"], fast, FakeMeasure({"a.onnx": meas(12.0, 101.0)}), budgets={"max_latency_ms": 50},
+                  against=prev, max_regression=0.25)
     assert loose.exit_code == 0
 
 
@@ -405,7 +407,7 @@ def test_regression_against_profile_json_lines_and_matching(tmp_path, fast, monk
     ]
     prev = write_json(tmp_path, "\n".join(json.dumps(x) for x in lines), "previous.jsonl")
     fake = FakeMeasure({"a.onnx": meas(5.0, 10.0), "b.onnx": meas(5.0, 10.0), "c.onnx": meas(5.0, 10.0)})
-    report = check(["a.onnx", "b.onnx", "c.onnx"], fast, fake, max_latency_ms=50, against=prev)
+    report = check(["a.onnx", "b.onnx", "c.onnx"], fast, fake, budgets={"max_latency_ms": 50}, against=prev)
     ra, rb, rc = report.results
     assert (ra.matched_by, rb.matched_by, rc.matched_by) == ("sha256", "file name", None)
     assert verdicts(report)[("a.onnx", "latency vs previous")] == "FAIL"  # 1 ms -> 5 ms
@@ -419,11 +421,12 @@ def test_different_machine_is_refused_unless_forced(tmp_path, fast):
                                                     cpu_model="Cortex-A72", arch="aarch64"))
     here = fake_fingerprint(fast)
     with pytest.raises(LtsedgeError) as e:
-        check([a], fast, FakeMeasure(), max_latency_ms=50, against=prev)
+        check([a], fast, FakeMeasure(), budgets={"max_latency_ms": 50}, against=prev)
     message = str(e.value)
     assert "Cortex-A72" in message and "Test CPU 9000" in message and "--force" in message
     assert fingerprint_hash(here) in message and "\n" not in message
-    report = check([a], fast, FakeMeasure({"a.onnx": meas(10.5)}), max_latency_ms=50, against=prev, force=True)
+    report = check([a], fast, FakeMeasure({"a.onnx": meas(10.5)}), budgets={"max_latency_ms": 50}, against=prev,
+                   force=True)
     assert report.exit_code == 0 and report.forced and any("across machines" in n for n in report.notes)
     assert verdicts(report)[("a.onnx", "latency vs previous")] == "pass"
 
@@ -434,8 +437,9 @@ def test_other_workload_settings_are_refused_unless_forced(tmp_path, fast):
     data["fingerprint"]["settings"]["sequence"] = 192
     prev = write_json(tmp_path, data)
     with pytest.raises(LtsedgeError, match="sequence = 192 then, 16 now"):
-        check([a], fast, FakeMeasure(), max_latency_ms=50, against=prev)
-    assert check([a], fast, FakeMeasure({"a.onnx": meas(10.0)}), max_latency_ms=50, against=prev, force=True).passed
+        check([a], fast, FakeMeasure(), budgets={"max_latency_ms": 50}, against=prev)
+    assert check([a], fast, FakeMeasure({"a.onnx": meas(10.0)}), budgets={"max_latency_ms": 50}, against=prev,
+                 force=True).passed
 
 
 @pytest.mark.parametrize("text, message", [
@@ -453,7 +457,7 @@ def test_malformed_against_file_is_bad_input(tmp_path, fast, text, message):
     (a,) = fake_files(tmp_path, "a.onnx")
     prev = write_json(tmp_path, text)
     with pytest.raises(LtsedgeError, match=message):
-        check([a], fast, FakeMeasure(), max_latency_ms=50, against=prev)
+        check([a], fast, FakeMeasure(), budgets={"max_latency_ms": 50}, against=prev)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,7 +494,7 @@ def test_junit_counts_and_structure(tmp_path, fast):
     a, b, c = fake_files(tmp_path, "a.onnx", "b.onnx", "c.onnx")
     fake = FakeMeasure({"a.onnx": meas(40.0, 100.0), "b.onnx": meas(60.0, 100.0),
                         "c.onnx": Measurement.failure("worker died (signal SIGSEGV)")})
-    report = check([a, b, c], fast, fake, max_latency_ms=50, max_memory_mb=80)
+    report = check([a, b, c], fast, fake, budgets={"max_latency_ms": 50, "max_memory_mb": 80})
     suite = junit_suite(report, tmp_path)
     cases = list(suite.iter("testcase"))
     failures = [x for x in cases if x.find("failure") is not None]
@@ -516,7 +520,8 @@ def test_junit_counts_and_structure(tmp_path, fast):
 
 def test_json_report_is_serialisable_and_complete(tmp_path, fast, capsys):
     (a,) = fake_files(tmp_path, "a.onnx")
-    report = check([a], fast, FakeMeasure({"a.onnx": meas(12.0, 55.0)}), max_latency_ms=50, max_memory_mb=80)
+    report = check([a], fast, FakeMeasure({"a.onnx": meas(12.0, 55.0)}),
+                   budgets={"max_latency_ms": 50, "max_memory_mb": 80})
     data = json.loads(json.dumps(report.to_json()))
     assert data["passed"] is True and data["exit_code"] == 0 and data["device"] == "fast"
     assert data["fingerprint_hash"] == fingerprint_hash(fake_fingerprint(fast))
@@ -535,12 +540,13 @@ def test_json_report_is_serialisable_and_complete(tmp_path, fast, capsys):
 # Real measurements (tiny models, fast profile)
 # ---------------------------------------------------------------------------------------------
 def test_real_models_pass_and_fail(models, fast):
-    report = run_check(["tiny.onnx", "chain.onnx"], fast, max_latency_ms=1000, max_memory_mb=4096, log=quiet)
+    report = run_check(["tiny.onnx", "chain.onnx"], fast, budgets={"max_latency_ms": 1000, "max_memory_mb": 4096},
+                       log=quiet)
     assert report.exit_code == 0, report.to_json()
     r = report.results[0]
     assert r.ok and r.architecture_id is not None and report.results[1].architecture_id is None
     assert 0 < r.measurement.latency_ms < 1000 and r.measurement.runs >= fast.min_runs
-    report = run_check(["chain.onnx"], fast, max_latency_ms=1e-6, log=quiet)
+    report = run_check(["chain.onnx"], fast, budgets={"max_latency_ms": 1e-6}, log=quiet)
     assert report.exit_code == 1 and report.results[0].checks[0].verdict == "FAIL"
 
 
@@ -554,7 +560,8 @@ def test_real_marginal_memory_is_remeasured(models, fast):
 
     (first,) = measure_with_runner(fast, [(models / "chain.onnx", {})])
     assert first.ok and first.memory_method == "fresh_process"
-    report = run_check(["chain.onnx"], fast, max_memory_mb=first.peak_memory_mb + 0.1, measure=spy, log=quiet)
+    report = run_check(["chain.onnx"], fast, budgets={"max_memory_mb": first.peak_memory_mb + 0.1}, measure=spy,
+                       log=quiet)
     c = report.results[0].checks[0]
     assert len(calls) == 2 and calls[1].min_runs == 2 * fast.min_runs
     assert c.marginal and c.remeasured and c.verdict in ("marginal pass", "marginal fail")
@@ -562,14 +569,15 @@ def test_real_marginal_memory_is_remeasured(models, fast):
 
 
 def test_onnx_helper_model_shapes(models, fast):
-    report = run_check(["chain.onnx"], fast, max_latency_ms=1000, shapes={"x": [2, 8, 64]}, log=quiet)
+    report = run_check(["chain.onnx"], fast, budgets={"max_latency_ms": 1000}, shapes={"x": [2, 8, 64]}, log=quiet)
     assert report.passed and report.results[0].shapes == {"x": [2, 8, 64]}
     with pytest.raises(LtsedgeError, match="chain.onnx: input 'x': shape \\[1, 8\\] has 2 dimensions"):
-        run_check(["chain.onnx"], fast, max_latency_ms=1000, shapes={"x": [1, 8]}, log=quiet)
+        run_check(["chain.onnx"], fast, budgets={"max_latency_ms": 1000}, shapes={"x": [1, 8]}, log=quiet)
     with pytest.raises(LtsedgeError, match="--shape input_ids=...: no model has an input 'input_ids'"):
-        run_check(["chain.onnx"], fast, max_latency_ms=1000, shapes={"input_ids": [1, 8]}, log=quiet)
+        run_check(["chain.onnx"], fast, budgets={"max_latency_ms": 1000}, shapes={"input_ids": [1, 8]}, log=quiet)
     # a --shape applies to the models that declare that input: tiny.onnx takes input_ids, chain.onnx x
-    both = run_check(["tiny.onnx", "chain.onnx"], fast, max_latency_ms=1000, shapes={"input_ids": [1, 8]}, log=quiet)
+    both = run_check(["tiny.onnx", "chain.onnx"], fast, budgets={"max_latency_ms": 1000},
+                     shapes={"input_ids": [1, 8]}, log=quiet)
     assert [r.shapes for r in both.results] == [{"input_ids": [1, 8]}, {}] and both.passed
 
 
@@ -578,13 +586,13 @@ def test_model_that_crashes_the_runtime_fails_the_gate(models, fast, monkeypatch
     helper.set_model_props(proto, {FAULT_KEY: "segv"})
     onnx.save(proto, str(models / "crash.onnx"))
     monkeypatch.setenv(TEST_FAULTS_ENV, "1")
-    report = run_check(["crash.onnx", "tiny.onnx"], fast, max_latency_ms=1000, log=quiet)
+    report = run_check(["crash.onnx", "tiny.onnx"], fast, budgets={"max_latency_ms": 1000}, log=quiet)
     assert report.exit_code == 1 and not report.results[0].ok and report.results[1].passed  # the next model is fine
     assert report.results[0].checks[0].verdict == "ERROR" and report.results[0].error
 
 
 def test_broken_model_fails_the_gate_with_the_reason(models, fast):
-    report = run_check(["broken.onnx", "chain.onnx"], fast, max_latency_ms=1000, log=quiet)
+    report = run_check(["broken.onnx", "chain.onnx"], fast, budgets={"max_latency_ms": 1000}, log=quiet)
     assert report.exit_code == 1
     assert report.results[0].checks[0].verdict == "ERROR" and "failed to load" in report.results[0].error
     assert report.results[1].passed
@@ -690,7 +698,7 @@ def test_a_previous_model_is_claimed_once_by_its_strongest_match(tmp_path, fast,
     prev = write_json(tmp_path, json.dumps({"model": "x/model.onnx", "ok": True, "latency_ms": 5.0,
                                             "peak_memory_mb": 100.0, "fingerprint": fp}), "previous.json")
     fake = FakeMeasure({"model.onnx": meas(15.0, 100.0)})  # both files measure 15 ms
-    report = check(["y/model.onnx", "x/model.onnx"], fast, fake, max_latency_ms=50, against=prev)
+    report = check(["y/model.onnx", "x/model.onnx"], fast, fake, budgets={"max_latency_ms": 50}, against=prev)
     ry, rx = report.results
     assert rx.matched_by == "path" and ry.matched_by is None
     assert [c.kind for c in ry.checks] == ["budget"]  # not a +200% "regression" of another model
@@ -707,7 +715,7 @@ def test_latency_regressions_compare_ratios_not_drifting_milliseconds(tmp_path, 
                                             "memory_method": "no_reset", "fingerprint": fp}), "prev.json")
     now = meas(13.0, 200.0)
     now.latency_ratio, now.calibration_ms, now.memory_method = 2.0, 6.5, "fresh_process"
-    report = check(["a.onnx"], fast, FakeMeasure({"a.onnx": now}), max_latency_ms=50, against=prev)
+    report = check(["a.onnx"], fast, FakeMeasure({"a.onnx": now}), budgets={"max_latency_ms": 50}, against=prev)
     (r,) = report.results
     lat = next(c for c in r.checks if c.kind == "regression")
     assert lat.verdict == "pass" and lat.previous == pytest.approx(13.0)  # 2.0 x this run's 6.5 ms
@@ -718,7 +726,7 @@ def test_latency_regressions_compare_ratios_not_drifting_milliseconds(tmp_path, 
 def test_benchmark_json_is_github_action_benchmark_s_custom_smaller_is_better(tmp_path, fast):
     a, b = fake_files(tmp_path, "a.onnx", "b.onnx")
     fake = FakeMeasure({"a.onnx": meas(12.0, 55.0), "b.onnx": Measurement.failure("failed to load: x", "model")})
-    report = check([a, b], fast, fake, max_latency_ms=50, max_memory_mb=80)
+    report = check([a, b], fast, fake, budgets={"max_latency_ms": 50, "max_memory_mb": 80})
     report.write_benchmark_json(tmp_path / "out" / "bench.json")
     entries = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert [e["name"].rsplit("/", 1)[-1] for e in entries] == ["a.onnx latency", "a.onnx memory"]  # b not measured

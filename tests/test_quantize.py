@@ -249,7 +249,8 @@ def test_export_cli_writes_the_precision_and_check_reports_it(tmp_path, arch_fil
     export_model(SMALL, precision="int8").save(tmp_path / "q.onnx")
     profile = load_profile("cpu")
     models = [tmp_path / "m.onnx", tmp_path / "f.onnx", tmp_path / "q.onnx"]
-    report = run_check(models, profile, max_latency_ms=1e6, log=lambda _: None, fingerprint=fake_fingerprint(profile),
+    report = run_check(models, profile, budgets={"max_latency_ms": 1e6}, log=lambda _: None,
+                       fingerprint=fake_fingerprint(profile),
                        measure=lambda _, jobs: [meas() for _ in jobs])  # what check finds, not what it times
     results = {r["model"].rsplit("/", 1)[-1]: r for r in report.to_json()["results"]}
     assert results["m.onnx"]["precision"] == "int4" and results["m.onnx"]["quantized_ops"]["MatMulNBits"] == 9

@@ -200,7 +200,7 @@ def test_junit_of_a_model_named_with_a_control_character_parses(tmp_path):
     profile = load_profile("cpu")
     model = tmp_path / "bad\x1bname\x01.onnx"
     model.write_bytes(b"not onnx")
-    report = run_check([model], profile, max_latency_ms=5, measure=fake_measure, log=quiet,
+    report = run_check([model], profile, budgets={"max_latency_ms": 5}, measure=fake_measure, log=quiet,
                        fingerprint={"cpu_model": "Test CPU", "onnxruntime": "1.20.0"})
     path = tmp_path / "report.xml"
     report.write_junit(path)

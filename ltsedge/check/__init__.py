@@ -1,6 +1,6 @@
 """``ltsedge check``: a CI gate on latency and peak-memory budgets (and regressions) for ONNX models.
 
-    report = run_check(["models/a.onnx"], "cpu", max_latency_ms=50, max_memory_mb=300)
+    report = run_check(["models/a.onnx"], "cpu", budgets={"max_latency_ms": 50, "max_memory_mb": 300})
     report.render(); report.write_junit("report.xml"); sys.exit(report.exit_code)
 
 Exit codes: 0 every check within its limit; 1 a budget exceeded, a regression beyond

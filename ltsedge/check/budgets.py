@@ -13,11 +13,13 @@ The budgets file names models (paths relative to the file) and their budgets per
     [model.budgets.arm64]
     max_latency_ms = 400
 
-Each budget is looked up, per metric, in this order: the model's table for this device in the file,
-then ``--max-latency-ms`` / ``--max-memory-mb``, then the device profile's ``[budgets]``. With a
-budgets file, a model given on the command line must be in the file unless a budget flag is given
-(a model missing from the file is most likely a forgotten entry). Without models on the command
-line, every model of the file with budgets for this device is checked; the others are skipped.
+The keys: ``max_memory_mb`` and each workload's budget key (``ltsedge.workloads``: ``max_latency_ms``,
+``max_prefill_ms``, ``max_decode_ms``). Each budget is looked up, per metric, in this order: the model's
+table for this device in the file, then the command line (``--max-latency-ms``, ...), then the device
+profile's ``[budgets]``. With a budgets file, a model given on the command line must be in the file
+unless a budget flag is given (a model missing from the file is most likely a forgotten entry).
+Without models on the command line, every model of the file with budgets for this device is checked;
+the others are skipped.
 
 Validation is strict, like the device profiles: an unknown key or a value of the wrong type is an
 error naming the file and the key, never ignored.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +38,14 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
 from ltsedge.validate import is_number, parse_dims, reject_unknown, toml_repr
+from ltsedge.workloads import WORKLOADS
 
-# Budget key -> the metric it bounds.
-BUDGET_KEYS = {"max_latency_ms": "latency", "max_memory_mb": "memory", "max_prefill_ms": "prefill",
-               "max_decode_ms": "decode"}
+MEMORY_KEY = "max_memory_mb"
+# Every model has a latency (the forward workload's figure; a generate model's decode) and a peak memory:
+# their budgets come first (the order checks are listed in) and are always reported, the others when set.
+ALWAYS = (WORKLOADS["forward"].budget, MEMORY_KEY)
+_METRIC_OF = {**{w.budget: w.metric for w in WORKLOADS.values()}, MEMORY_KEY: "memory"}
+BUDGET_KEYS = {key: _METRIC_OF[key] for key in (*ALWAYS, *_METRIC_OF)}  # budget key -> the metric it bounds
 CLI_FLAGS = {key: "--" + key.replace("_", "-") for key in BUDGET_KEYS}
 MODEL_KEYS = ("path", "shapes", "budgets")
 
@@ -47,22 +54,18 @@ MODEL_KEYS = ("path", "shapes", "budgets")
 class ModelBudgets:
     """One model's budgets on one device, and where each came from."""
 
-    max_latency_ms: float | None = None
-    max_memory_mb: float | None = None
-    max_prefill_ms: float | None = None  # a generate model's prompt prefill
-    max_decode_ms: float | None = None  # a generate model's time per generated token
+    limits: dict[str, float] = field(default_factory=dict)  # budget key (BUDGET_KEYS) -> limit, the set ones
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> "budgets.toml" etc.
 
     def get(self, key: str) -> float | None:
-        return getattr(self, key)
+        return self.limits.get(key)
 
     def any(self) -> bool:
         return any(self.get(key) is not None for key in BUDGET_KEYS)
 
     def to_dict(self) -> dict[str, float | None]:
         """Latency and memory always (null when unset); the generate workloads' budgets when set."""
-        return {key: self.get(key) for key in BUDGET_KEYS
-                if key in ("max_latency_ms", "max_memory_mb") or self.get(key) is not None}
+        return {key: self.get(key) for key in BUDGET_KEYS if key in ALWAYS or self.get(key) is not None}
 
 
 @dataclass(frozen=True)
@@ -190,18 +193,17 @@ def positive(value: Any, what: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # Models x budgets
 # ---------------------------------------------------------------------------------------------
-def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, max_latency_ms: float | None,
-                    max_memory_mb: float | None, budgets_file: BudgetsFile | None,
-                    max_prefill_ms: float | None = None, max_decode_ms: float | None = None,
-                    ) -> tuple[list[Target], list[tuple[str, str]]]:
-    """The models to check with their budgets, and the (model, reason) pairs skipped.
+def resolve_targets(models: list[str | Path], profile: DeviceProfile, *, budgets: Mapping[str, float | None] | None,
+                    budgets_file: BudgetsFile | None) -> tuple[list[Target], list[tuple[str, str]]]:
+    """The models to check with their budgets, and the (model, reason) pairs skipped. ``budgets``: the
+    command line's, budget key -> limit (None or absent: not given).
 
-    Raises ``LtsedgeError`` for a missing model file, a model missing from the budgets file and a
-    model with no budget at all on this device.
+    Raises ``LtsedgeError`` for an unknown budget key, a missing model file, a model missing from the
+    budgets file and a model with no budget at all on this device.
     """
-    cli = {key: positive(value, CLI_FLAGS[key]) if value is not None else None
-           for key, value in (("max_latency_ms", max_latency_ms), ("max_memory_mb", max_memory_mb),
-                              ("max_prefill_ms", max_prefill_ms), ("max_decode_ms", max_decode_ms))}
+    given = dict(budgets or {})
+    reject_unknown("budget", given, BUDGET_KEYS, sort_known=False)
+    cli = {key: positive(given[key], CLI_FLAGS[key]) if given.get(key) is not None else None for key in BUDGET_KEYS}
     device = profile.name
     skipped: list[tuple[str, str]] = []
     chosen: list[tuple[Path, str, ModelEntry | None]] = []  # path, display, entry
@@ -261,6 +263,4 @@ def _budgets_for(entry: ModelEntry | None, device: str, cli: dict[str, float | N
             values[key], sources[key] = cli[key], CLI_FLAGS[key]
         elif getattr(profile, key) is not None:
             values[key], sources[key] = getattr(profile, key), f"device profile {profile.name}"
-        else:
-            values[key] = None
-    return ModelBudgets(**values, sources=sources)
+    return ModelBudgets(values, sources=sources)

@@ -16,7 +16,10 @@ from ltsedge.check.verdict import (
     FAIL,
     MARGINAL_FAIL,
     MARGINAL_PASS,
+    METRICS,
     PASS,
+    TIMED,
+    VARIANT_ONLY,
     Check,
     fmt,
     signed,
@@ -100,7 +103,7 @@ class ModelResult:
             "latency_min_ms": lat.latency_min_ms if lat else None, "latency_cv": lat.latency_cv if lat else None,
             "runs": lat.runs if lat else None, "converged": lat.converged if lat else None,
             "peak_memory_mb": mem.peak_memory_mb if mem else None, "weights_mb": mem.weights_mb if mem else None,
-            "prefill_latency_ms": self._figure("prefill"), "decode_latency_ms": self._figure("decode"),
+            **{METRICS[metric][0]: self._figure(metric) for metric in VARIANT_ONLY},  # prefill, decode
             "kv_cache_mb": mem.kv_cache_mb if mem else None,
             "budgets": self.target.budgets.to_dict(), "budget_sources": dict(self.target.budgets.sources),
             "verdicts": verdicts, "marginal": marginal, "remeasured": self.remeasurement is not None,
@@ -174,12 +177,12 @@ class CheckReport:
             m = r.measurement
             if m is None or not m.ok:
                 continue
-            for metric in ("latency", "prefill", "decode", "memory"):
+            for metric in (*TIMED, "memory"):
                 value = value_of(metric, m)
                 if value is None:
                     continue
                 spread = uncertainty(metric, m, self.profile.tolerance)
-                unit = "MB" if metric == "memory" else "ms"
+                unit = METRICS[metric][1]
                 entries.append({"name": f"{r.model} {metric}", "unit": unit, "value": round(value, 6),
                                 "range": f"±{spread:.4g}" if spread is not None else None,
                                 "extra": f"device {self.device}; {self.profile.execution_provider}; "

@@ -17,7 +17,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +47,18 @@ class ModelInfo:
 
 
 def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
-              max_latency_ms: float | None = None, max_memory_mb: float | None = None,
-              max_prefill_ms: float | None = None, max_decode_ms: float | None = None,
-              budgets_file: str | Path | None = None, shapes: dict[str, list[int]] | None = None,
-              against: str | Path | None = None, max_regression: float = 0.10, force: bool = False,
+              budgets: Mapping[str, float | None] | None = None, budgets_file: str | Path | None = None,
+              shapes: dict[str, list[int]] | None = None, against: str | Path | None = None,
+              max_regression: float = 0.10, force: bool = False,
               measure: Measure | None = None, fingerprint: dict | None = None,
               log: Callable[[str], None] | None = None, scheduler: str | None = None,
               machine: str | None = None, marginal: str | None = None, spread: float | None = None,
               store_path: str | Path | None = None) -> CheckReport:
     """Check ``models`` against their budgets (and ``against``'s measurements) on ``device``.
 
+    ``budgets``: budget key -> limit, as the command line gives them (``BUDGET_KEYS``: ``max_latency_ms``,
+    ``max_memory_mb`` and each workload's, e.g. ``max_decode_ms``; None: not given); ``budgets_file``
+    and the device profile's ``[budgets]`` fill in the rest (``check.budgets``).
     ``measure`` and ``fingerprint`` replace the onnxruntime worker and this machine's fingerprint
     (tests); ``log`` receives progress lines (default: stderr). ``marginal`` ("pass" | "fail"): how a
     check within the noise of its limit counts (None: by its value). ``spread``: the machine's relative
@@ -72,10 +74,8 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     if not is_number(max_regression) or not 0 <= max_regression < float("inf"):
         raise LtsedgeError(f"--max-regression {max_regression!r} must be a fraction >= 0 (0.10 = 10%)")
-    budgets = load_budgets(budgets_file) if budgets_file is not None else None
-    targets, skipped = resolve_targets(list(models), profile, max_latency_ms=max_latency_ms,
-                                       max_memory_mb=max_memory_mb, max_prefill_ms=max_prefill_ms,
-                                       max_decode_ms=max_decode_ms, budgets_file=budgets)
+    file = load_budgets(budgets_file) if budgets_file is not None else None
+    targets, skipped = resolve_targets(list(models), profile, budgets=budgets, budgets_file=file)
     fleet_spread = None
     if fingerprint is None:
         if scheduler is None:

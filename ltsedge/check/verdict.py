@@ -38,6 +38,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ltsedge.runners import Measurement
+from ltsedge.workloads import WORKLOADS
 
 Z95 = 1.959964
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
@@ -45,9 +46,12 @@ MEMORY_RELATIVE = 0.02
 MEMORY_ABSOLUTE_MB = {"fresh_process": 0.25}  # by Measurement.memory_method
 MEMORY_ABSOLUTE_DEFAULT_MB = 2.0
 
-METRICS = {"latency": ("latency_ms", "ms"), "memory": ("peak_memory_mb", "MB"),
-           "prefill": ("prefill_latency_ms", "ms"), "decode": ("decode_latency_ms", "ms")}
-TIMED = ("latency", "prefill", "decode")  # medians of timed runs; prefill and decode: a generate model's workloads
+# Metric -> (the Measurement field, its unit): each workload's latency and the peak memory.
+METRICS = {**{w.metric: (w.figure, "ms") for w in WORKLOADS.values()}, "memory": ("peak_memory_mb", "MB")}
+TIMED = tuple(w.metric for w in WORKLOADS.values())  # medians of timed runs
+WORKLOAD_OF = {w.metric: w.name for w in WORKLOADS.values()}
+# A metric only models of one export variant have (prefill, decode: a generate model's) -> that variant.
+VARIANT_ONLY = {w.metric: w.variant for w in WORKLOADS.values() if w.variant != "forward"}
 PASS, FAIL, MARGINAL_PASS, MARGINAL_FAIL, ERROR = "pass", "FAIL", "marginal pass", "marginal fail", "ERROR"
 MARGINAL_POLICIES = ("pass", "fail")  # how a marginal check counts; None: by its value
 
@@ -90,9 +94,9 @@ def interval(metric: str, m: Measurement, tolerance: float, spread: float = 0.0)
 
 def _timing_of(metric: str, m: Measurement):
     """The runs behind a timed metric: the measurement's own, or one workload's of a generate model."""
-    if metric == "latency" or not m.workloads or metric not in m.workloads:
+    w = (m.workloads or {}).get(WORKLOAD_OF[metric])
+    if w is None:  # "latency" (every model's): the primary workload's runs, the measurement's own
         return m
-    w = m.workloads[metric]
     return SimpleNamespace(ok=True, converged=w["converged"], latency_cv=w["latency_cv"], runs=w["runs"],
                            latency_ms=w["latency_ms"], latency_min_ms=w["latency_min_ms"],
                            latency_p90_ms=w["latency_p90_ms"])
@@ -121,7 +125,7 @@ class Check:
     """One model x metric x limit. ``kind`` is "budget" or "regression"."""
 
     model: str
-    metric: str  # "latency" | "memory"
+    metric: str  # a key of METRICS: "latency", "memory", "prefill", "decode"
     kind: str  # "budget" | "regression"
     limit: float
     source: str  # where the budget came from, or "previous x 1.10"
@@ -203,8 +207,9 @@ class Check:
         self.value = value_of(self.metric, m)
         self.uncertainty = uncertainty(self.metric, m, tolerance, self.limit, self.band)
         if self.value is None:  # e.g. no peak-memory counter on this platform
-            self.error = (f"no {self.metric} figure: not a generate model (export it with --variant generate)"
-                          if self.metric in ("prefill", "decode") else f"no {self.metric} value measured on this platform")
+            variant = VARIANT_ONLY.get(self.metric)
+            self.error = (f"no {self.metric} figure: not a {variant} model (export it with --variant {variant})"
+                          if variant else f"no {self.metric} value measured on this platform")
             return
         self.marginal = self.marginal or is_marginal(self.metric, m, self.limit, tolerance, self.band)
 

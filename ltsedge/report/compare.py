@@ -17,7 +17,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import write_file
 from ltsedge.report import make_folder
-from ltsedge.report.data import SearchData, load
+from ltsedge.report.data import DRAWN, LATENCIES, SearchData, load
 
 MEASUREMENT_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                         "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
@@ -82,7 +82,7 @@ def _one_scale(searches: list[SearchData]) -> None:
         for m in s.frontier:
             own = (m.get("measurement") or {}).get("calibration_ms")
             if own:
-                for key in ("latency_ms", "prefill_latency_ms", "decode_latency_ms", "latency_p90_ms"):
+                for key in (*LATENCIES, "latency_p90_ms"):
                     if m.get(key) is not None:
                         m[key] = m[key] * common / own
 
@@ -112,7 +112,7 @@ def compare_searches(out_dirs: list[str | Path], dest: str | Path, *, force: boo
     from ltsedge.report.png import compare_png
 
     written = []
-    fields = [f for f in ("decode_latency_ms", "prefill_latency_ms", "latency_ms", "peak_memory_mb")
+    fields = [f for f in (*DRAWN, "peak_memory_mb")
               if f == "peak_memory_mb" or all(f in s.latencies() for s in searches)]
     for field in fields:
         written.append(compare_png(searches, field, dest / f"compare-{field.removesuffix('_ms').removesuffix('_mb')}.png"))

@@ -17,10 +17,12 @@ from typing import Any
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_json, read_text
 from ltsedge.validate import is_int, is_number
+from ltsedge.workloads import WORKLOADS
 
-# The latency figures a report may plot, and their labels; each is drawn where the data has it.
-LATENCIES = {"latency_ms": "latency (ms)", "prefill_latency_ms": "prefill (ms)",
-             "decode_latency_ms": "decode (ms / token)"}
+# The latency figures a report may plot (each workload's), and their labels; each is drawn where the data has it.
+LATENCIES = {w.figure: w.label for w in WORKLOADS.values()}
+FORWARD = WORKLOADS["forward"].figure  # every model's latency_ms (a generate model's is its decode figure)
+DRAWN = tuple(reversed(LATENCIES))  # the order figures are drawn in: per-token decode first, the forward pass last
 
 
 @dataclass
@@ -64,11 +66,9 @@ class SearchData:
     def latencies(self) -> list[str]:
         """The latency fields measured in this search. A generate model's latency_ms is its decode
         figure, so such a search plots decode and prefill, a forward search its latency_ms."""
-        measured = {k for k in LATENCIES if any(p.figures.get(k) is not None for p in self.candidates)
-                    or any(m.get(k) is not None for m in self.frontier)}
-        if "decode_latency_ms" in measured or "prefill_latency_ms" in measured:
-            return [k for k in ("decode_latency_ms", "prefill_latency_ms") if k in measured]
-        return ["latency_ms"] if "latency_ms" in measured else []
+        measured = [k for k in DRAWN if any(p.figures.get(k) is not None for p in self.candidates)
+                    or any(m.get(k) is not None for m in self.frontier)]
+        return [k for k in measured if k != FORWARD] or measured
 
     @property
     def precision(self) -> str:
@@ -77,7 +77,7 @@ class SearchData:
         return value if isinstance(value, str) else "fp32"
 
     def objective_field(self) -> str:
-        return {"decode": "decode_latency_ms", "prefill": "prefill_latency_ms"}.get(self.objective, "latency_ms")
+        return WORKLOADS[self.objective].figure if self.objective in WORKLOADS else FORWARD
 
     def frontier_points(self) -> list[Point]:
         return [Point(m["id"], m["decoder_params"], _figures(m), True, True, "frontier") for m in self.frontier]
@@ -115,7 +115,6 @@ def _finite(value: Any) -> bool:
 
 KINDS = {"an integer": is_int, "a finite number": _finite, "a string": lambda v: isinstance(v, str),
          "an object": lambda v: isinstance(v, dict), "a list": lambda v: isinstance(v, list)}
-OBJECTIVES = ("forward", "prefill", "decode")  # ltsedge.search.evaluate's, without importing the search
 FIGURES = (*LATENCIES, "latency_p90_ms", "peak_memory_mb")
 
 
@@ -135,8 +134,8 @@ def _field(obj: dict, key: str, where: str, kind: str, *, required: bool = False
 
 def _objective(obj: dict, where: str) -> None:
     value = _field(obj, "objective", where, "a string")
-    if value is not None and value not in OBJECTIVES:
-        raise LtsedgeError(f"{where}objective must be one of {', '.join(OBJECTIVES)}, not {value[:40]!r}")
+    if value is not None and value not in WORKLOADS:  # a search's objective is a workload's name
+        raise LtsedgeError(f"{where}objective must be one of {', '.join(WORKLOADS)}, not {value[:40]!r}")
 
 
 def _check_summary(summary: dict, file: str) -> None:

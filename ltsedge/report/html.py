@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 
-from ltsedge.report.data import LATENCIES, SearchData
+from ltsedge.report.data import DRAWN, LATENCIES, SearchData
 from ltsedge.report.png import BASELINE, BUDGET, CANDIDATE, FRONT, INFEASIBLE, SERIES
 
 CSS = """
@@ -174,7 +174,7 @@ def compare_html(searches: list[SearchData], dominance: list[dict]) -> str:
     import plotly.graph_objects as go
 
     body = ["<h1>ltsedge: frontiers compared</h1>"]
-    fields = [f for f in ("decode_latency_ms", "prefill_latency_ms", "latency_ms", "peak_memory_mb")
+    fields = [f for f in (*DRAWN, "peak_memory_mb")
               if all(f == "peak_memory_mb" or f in d.latencies() for d in searches)]
     for i, field in enumerate(fields):
         fig = go.Figure()

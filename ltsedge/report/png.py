@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ltsedge.files import write_file
 from ltsedge.report.data import LATENCIES, SearchData
+from ltsedge.workloads import WORKLOADS
 
 CANDIDATE, FRONT, BASELINE, BUDGET, INFEASIBLE = "#9a9a9a", "#0072B2", "#D55E00", "#CC79A7", "#E69F00"
 BACKGROUND, TEXT = "#ffffff", "#1f1f1f"
@@ -108,7 +109,7 @@ def cost_model_panels(data: SearchData) -> list[tuple[str, str, list]]:
     cost model predicted a candidate measured later (empty: no cost-model picture)."""
     from ltsedge.report.data import checked_predictions
 
-    workload = {"decode": "decode", "prefill": "prefill"}.get(data.objective, "forward")
+    workload = data.objective if data.objective in WORKLOADS else "forward"
     panels = [(t, label, checked_predictions(data, t)) for t, label in
               ((workload, f"{workload} latency ratio"), ("memory_mb", "peak memory (MB)"))]
     return [p for p in panels if p[2]]

@@ -2,11 +2,10 @@
 
 An ltsedge model declares its inputs (``ltsedge.io_spec`` metadata, see ``ltsedge.iospec``): each
 symbolic axis is sized from the workload or bound by a ``shapes`` override, and each input's values
-follow its declared role. Workloads (what is timed):
-  - ``forward``: one full pass over ``sequence`` tokens (the study's protocol; the forward variant);
-  - ``prefill``: a prompt of ``sequence`` tokens through a generate model, with an empty cache;
-  - ``decode``: one new token after a cache of ``context`` tokens: the time per generated token (a
-    recurrence memory, Transformer-XL's, holds ``min(context, mem_len)`` states: all it ever keeps).
+follow its declared role. The workloads (what is timed, how each sizes the axes) are declared in
+``ltsedge.workloads``: ``forward`` (one full pass over ``sequence`` tokens), ``prefill`` (a prompt of
+``sequence`` tokens, empty cache) and ``decode`` (one token after a cache of ``context`` tokens; a
+recurrence memory, Transformer-XL's, holds ``min(context, mem_len)`` states: all it ever keeps).
 A generate model is timed on prefill and decode, any other model on forward.
 
 A foreign model gets inputs from the inputs its session declares, guessed by name.
@@ -34,6 +33,7 @@ import numpy as np
 from ltsedge.errors import LtsedgeError
 from ltsedge.iospec import ExportSpec, axis_sizes, shape_of
 from ltsedge.validate import is_int
+from ltsedge.workloads import WORKLOADS, timed_on
 
 DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -43,23 +43,11 @@ DTYPES = {
 }
 SMALL_INT_HIGH = 2  # ids for a model whose vocabulary is unknown: 0 and 1 index any table
 SEQUENCE_WORDS = ("seq", "past", "len", "token", "time")
-WORKLOADS = ("forward", "prefill", "decode")
-PRIMARY_WORKLOAD = "decode"  # of a generate model: its latency_ms is the time per generated token
-
-
-def workload_axes(workload: str, profile: Any) -> dict[str, int]:
-    """The sizes a workload gives the symbolic axes (``total_sequence`` follows from them)."""
-    batch = profile.batch
-    if workload == "prefill":
-        return {"batch": batch, "sequence": profile.sequence, "past_sequence": 0}
-    if workload == "decode":
-        return {"batch": batch, "sequence": 1, "past_sequence": profile.context}
-    return {"batch": batch, "sequence": profile.sequence}
 
 
 def workloads_of(session: Any) -> tuple[str, ...]:
     spec = declared_spec(session)
-    return ("prefill", "decode") if spec is not None and spec.variant == "generate" else ("forward",)
+    return timed_on(spec.variant if spec is not None else "forward")
 
 
 def past_inputs(session: Any) -> list[str]:
@@ -91,7 +79,7 @@ def make_inputs(session_or_inputs: Any, profile: Any, shapes: dict[str, list[int
     rng = np.random.default_rng(seed)
     spec = declared_spec(session_or_inputs)
     if spec is not None:
-        axes = workload_axes(workload, profile)
+        axes = WORKLOADS[workload].axes(profile)
         if memory is not None and "past_sequence" in axes:  # a recurrence memory keeps at most mem_len states
             axes["past_sequence"] = min(axes["past_sequence"], memory)
         return _declared_inputs(spec, axes, shapes, vocab_size, limit, rng)

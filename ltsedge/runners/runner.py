@@ -29,7 +29,6 @@ from ltsedge.devices import DeviceProfile, check_provider
 from ltsedge.devices.fingerprint import Sensors, machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy, stats
-from ltsedge.runners.inputs import PRIMARY_WORKLOAD
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.policy import PIN_PAUSE_S, PIN_WINDOW_S, PIN_WINDOWS, Calibration, DriftGuard, PinnedCalibration
 from ltsedge.runners.process import WorkerDied, WorkerProcess
@@ -37,6 +36,7 @@ from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
 from ltsedge.runners.reference import reference_model
 from ltsedge.wire import weights_mb
+from ltsedge.workloads import PRIMARY_WORKLOAD, WORKLOADS
 
 RESTART_GROWTH_MB = 64.0
 CALIBRATION_S = 1.0  # of the reference alone, before the first model
@@ -266,10 +266,10 @@ class Runner:
         figures = {name: calibrated(w, self.calibration.reference_ms) for name, w in reply["workloads"].items()}
         primary = figures.get(PRIMARY_WORKLOAD) or next(iter(figures.values()))
         generation = {}
-        if "prefill" in figures or "decode" in figures:
-            generation = dict(workload=PRIMARY_WORKLOAD if "decode" in figures else "prefill",
-                              prefill_latency_ms=figures.get("prefill", {}).get("latency_ms"),
-                              decode_latency_ms=figures.get("decode", {}).get("latency_ms"),
+        generating = [w for w in WORKLOADS.values() if w.variant == "generate"]
+        if any(w.name in figures for w in generating):  # raced out: only the objective's may be there
+            generation = dict(workload=PRIMARY_WORKLOAD if PRIMARY_WORKLOAD in figures else next(iter(figures)),
+                              **{w.figure: figures.get(w.name, {}).get("latency_ms") for w in generating},
                               kv_cache_mb=reply.get("kv_cache_mb"), workloads=figures)
         reference_ms = primary["reference_ms"]
         drift = self._guard.change(reference_ms) if self._guard and self._guard.drifted(reference_ms) else None

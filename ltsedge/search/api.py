@@ -10,11 +10,11 @@ from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import runner_factory
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import OBJECTIVES
 from ltsedge.search.presets import get_preset
 from ltsedge.search.run import SearchResult, SearchRun, SearchSettings
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
+from ltsedge.workloads import WORKLOADS
 
 
 @dataclass
@@ -87,9 +87,9 @@ def _objective(given: str | None, backbone) -> str:
     """The latency a search optimises: as given, else the per-token decode where the backbone exports a
     generate variant (what an app's user feels), else the study's full forward pass."""
     objective = given or ("decode" if "generate" in backbone.variants else "forward")
-    if objective not in OBJECTIVES:
-        raise LtsedgeError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    variant = OBJECTIVES[objective][0]
+    if objective not in WORKLOADS:
+        raise LtsedgeError(f"--objective {objective!r} is not one of {', '.join(WORKLOADS)}")
+    variant = WORKLOADS[objective].variant
     if variant not in backbone.variants:
         raise LtsedgeError(f"--objective {objective} needs the {variant} variant, which backbone {backbone.name} "
                            f"does not export (variants: {', '.join(backbone.variants)})")

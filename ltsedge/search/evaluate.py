@@ -33,15 +33,9 @@ from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.racing import objective_ratio, race_for
 from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record, promise
 from ltsedge.store import MeasurementStore
+from ltsedge.workloads import WORKLOADS
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
-
-# What a search may optimise: the export variant measured and the latency figure that is the objective.
-OBJECTIVES = {
-    "forward": ("forward", "latency_ms"),  # one full pass over the sequence: the study's protocol
-    "prefill": ("generate", "prefill_latency_ms"),  # a prompt through the generate model
-    "decode": ("generate", "decode_latency_ms"),  # per generated token, after a cache of `context` tokens
-}
 
 
 @dataclass
@@ -110,7 +104,8 @@ class CandidateEvaluator:
         self.screen = screen  # None: every candidate measured (the study's protocol)
         self.precision = precision  # every candidate is exported (quantized) and measured at it
         self._fitted_on = -1  # samples the screen's cost model was last fitted on
-        self.variant, self.latency_field = OBJECTIVES[objective]
+        # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
+        self.variant, self.latency_field = WORKLOADS[objective].variant, WORKLOADS[objective].figure
         self.target_ort, self.target = target_ort, target_for(target_ort)
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress

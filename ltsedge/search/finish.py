@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, field
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.search.baseline import baseline_architectures, compare
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import OBJECTIVES, Candidate, CandidateEvaluator
+from ltsedge.search.evaluate import Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
 from ltsedge.search.outdir import OutputDir
+from ltsedge.workloads import WORKLOADS
 
 
 @dataclass
@@ -45,8 +46,9 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
            runner_factory, log, with_baseline: bool = True) -> Finished:
     cost = PublishCost(front=len(front))
     clock = time.perf_counter()
-    written = write_frontier(front, outdir, target_ort=settings.target_ort, variant=OBJECTIVES[settings.objective][0],
-                             precision=settings.precision, execution_provider=profile.execution_provider)
+    written = write_frontier(front, outdir, target_ort=settings.target_ort,
+                             variant=WORKLOADS[settings.objective].variant, precision=settings.precision,
+                             execution_provider=profile.execution_provider)
     cost.export_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     with runner_factory(profile, log=log) as runner:
         fresh = remeasure(written, runner, settings.objective, "search", log=log)

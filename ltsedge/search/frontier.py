@@ -31,7 +31,6 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate
 from ltsedge.search.outdir import MODELS, OutputDir
 from ltsedge.search.pareto import pareto_front
-from ltsedge.search.racing import WORKLOAD
 
 
 @dataclass
@@ -83,7 +82,7 @@ def remeasure(models: list[PublishedModel], runner: Runner, objective: str, poli
     fails keeps the figure it had, and the error beside it."""
     if not models:
         return []
-    races = [Race(WORKLOAD[objective], p.candidate.params.decoder_params, (), runner.profile.tolerance)
+    races = [Race(objective, p.candidate.params.decoder_params, (), runner.profile.tolerance)
              for p in models]  # no front to race against: only the coarse other workloads
     measured = runner.measure_many([p.path for p in models], race=lambda i: races[i])
     calibration = runner.calibrate().reference_ms
@@ -101,7 +100,7 @@ def remeasure(models: list[PublishedModel], runner: Runner, objective: str, poli
 def _interval(c: Candidate, objective: str) -> tuple[float, float] | None:
     """The objective latency's interval (ms) from the candidate's measurement, if it has one."""
     m = c.measurement
-    w = (m.get("workloads") or {}).get(WORKLOAD[objective]) or m
+    w = (m.get("workloads") or {}).get(objective) or m
     low, high = w.get("latency_low_ms"), w.get("latency_high_ms")
     if low is None or high is None or c.latency_ms is None:
         return None

@@ -9,8 +9,6 @@ from __future__ import annotations
 from ltsedge.runners.racing import Race
 from ltsedge.search.pareto import pareto_front
 
-WORKLOAD = {"forward": "forward", "prefill": "prefill", "decode": "decode"}  # objective -> timed workload
-
 
 def objective_ratio(measurement: dict, objective: str) -> float | None:
     """The objective's latency as a ratio to the reference (None for a figure without one)."""
@@ -28,4 +26,5 @@ def race_for(params: int, candidates: list, objective: str, budgets, tolerance: 
         if ratio is not None and c.memory_mb is not None:
             front.append((c.params.decoder_params, ratio, c.memory_mb))
     max_ratio = budgets.max_latency_ms / calibration_ms if budgets.max_latency_ms is not None else None
-    return Race(WORKLOAD[objective], params, tuple(front), tolerance, max_ratio, budgets.max_memory_mb)
+    # an objective is the name of the workload it optimises (ltsedge.workloads): the one raced
+    return Race(objective, params, tuple(front), tolerance, max_ratio, budgets.max_memory_mb)

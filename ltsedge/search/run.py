@@ -72,7 +72,7 @@ class SearchSettings:
     baseline: BaselineSpec | None = field(default_factory=BaselineSpec)
     prob_gene: float = 0.3  # per-gene mutation probability, as in the study
     target_ort: str | None = None
-    objective: str = "forward"  # the latency optimised: forward | prefill | decode (see evaluate.OBJECTIVES)
+    objective: str = "forward"  # the latency optimised: a workload's name (ltsedge.workloads)
     racing: bool = True  # a first estimate for all, full precision only where the front can change
     measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
     seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
