@@ -25,7 +25,7 @@ from ltsedge.exporters import export_model
 from ltsedge.keys import candidate_model_key, measurement_key, measurement_settings
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
-from ltsedge.runners import Measurement, Runner
+from ltsedge.runners import Measurement, MeasuringRunner
 from ltsedge.runners.measurement import complete, rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog
@@ -94,7 +94,7 @@ class EvaluationStats:
 
 
 class CandidateEvaluator:
-    def __init__(self, profile: DeviceProfile, runner: Runner, store: MeasurementStore, scratch: OutputDir | Path,
+    def __init__(self, profile: DeviceProfile, runner: MeasuringRunner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
                  objective: str = "forward", racing: bool = False, screen: Screen | None = None,

@@ -24,7 +24,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.files import sha256_of
-from ltsedge.runners import Runner
+from ltsedge.runners import MeasuringRunner
 from ltsedge.runners.measurement import rescaled
 from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
@@ -75,7 +75,7 @@ def write_frontier(front: list[Candidate], outdir: OutputDir, *, target_ort: str
     return written
 
 
-def remeasure(models: list[PublishedModel], runner: Runner, objective: str, policy: str,
+def remeasure(models: list[PublishedModel], runner: MeasuringRunner, objective: str, policy: str,
               log=print) -> list[PublishedModel]:
     """A fresh figure of each model from its published file, the objective's workload timed to the
     runner's policy (named ``policy`` in the result), the others coarsely. A model whose measurement

@@ -27,7 +27,7 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
-from ltsedge.runners import Runner
+from ltsedge.runners import MeasuringRunner, Runner
 from ltsedge.runners.policy import Calibration
 from ltsedge.runners.runner import pinned_calibration
 from ltsedge.search import report
@@ -127,7 +127,7 @@ class SearchResult:
 class SearchRun:
     def __init__(self, settings: SearchSettings, profile: DeviceProfile, out_dir: Path, store: MeasurementStore, *,
                  fresh: bool = False, restart: bool = False, log: Callable[[str], None] = print,
-                 progress=None, runner_factory: Callable[..., Runner] = Runner):
+                 progress=None, runner_factory: Callable[..., MeasuringRunner] = Runner):
         self.settings, self.profile, self.out_dir, self.store = settings, profile, Path(out_dir), store
         self.runner_factory = runner_factory
         self.fresh, self.restart, self.log, self.progress = fresh, restart, log, progress
@@ -236,7 +236,7 @@ class SearchRun:
             self.state.elapsed = self.elapsed_before + time.time() - started
             save_checkpoint(self.out_dir, identity, algorithm, self.state)  # the generation is complete
 
-    def _calibrate(self, runner: Runner, identity: str) -> None:
+    def _calibrate(self, runner: MeasuringRunner, identity: str) -> None:
         """The run's scale of milliseconds: the machine's pinned calibration (from the store); a resumed run
         keeps the one it started with, so its milliseconds stay in one scale. A local runner's drift guard
         keeps to the run's own calibration (an old runner without pinning: to the saved one)."""
@@ -248,9 +248,9 @@ class SearchRun:
             pin(pinned_calibration(self.store, runner, log=self.log))
         self.state.calibration = runner.calibrate().to_dict()
 
-    def _pinned_factory(self, scale: Calibration) -> Callable[..., Runner]:
+    def _pinned_factory(self, scale: Calibration) -> Callable[..., MeasuringRunner]:
         """Runners for the finishing step (the frontier's re-measurement) in the search's scale."""
-        def make(profile: DeviceProfile, **options) -> Runner:
+        def make(profile: DeviceProfile, **options) -> MeasuringRunner:
             runner = self.runner_factory(profile, **options)
             if hasattr(runner, "use_pinned"):
                 runner.use_pinned(scale)
