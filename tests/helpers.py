@@ -387,3 +387,18 @@ def wait_for(predicate, seconds: float, what: str) -> None:
         if time.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+# --- pins ----------------------------------------------------------------------------------------------
+
+
+def graph_digest(model_bytes: bytes) -> str:
+    """sha256 of an exported model without its metadata_props (they carry the ltsedge version): what the
+    pins (tests/test_pins.py, tests/test_contract.py) hold."""
+    import hashlib
+
+    import onnx
+
+    proto = onnx.load_from_string(model_bytes)
+    del proto.metadata_props[:]
+    return hashlib.sha256(proto.SerializeToString()).hexdigest()

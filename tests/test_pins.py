@@ -4,17 +4,19 @@ These digests were computed before the backbone registry was introduced; a refac
 a byte of the graph (metadata aside: it carries the ltsedge version). When a change to a graph is
 intended, the stored measurements of the old graph must stop being reused: bump the backbone's
 ``graph_version`` (it is in every store key) and update these pins in the same commit.
+
+Here: GPT-2 at two targets, and the cache layouts' invariance. Every backbone's (OPT's and
+Transformer-XL's included) default exports, both variants, are pinned by tests/test_contract.py's PINS,
+whose "plain" GPT-2 pin is the same bytes as ("plain", "1.20") here.
 """
 
-import hashlib
-
-import onnx
 import pytest
 
 from ltsedge.architecture import Architecture
 from ltsedge.exporters import export_model
 from ltsedge.keys import candidate_model_key
 from ltsedge.ortcompat import target_for
+from tests.helpers import graph_digest
 
 ARCHS = {
     "plain": Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=512, n_positions=64),
@@ -45,12 +47,6 @@ PINS = {
     ("div4-cutoffs", "1.20"): ("b09053d46d2c16b796c968b15f46065e3ccea155ae7c38b1040d7e1e02e7abda",
                                "arch:gpt2-L2-d64-8d7493d919:graph=1:ir=10:opset=21:weights=shared-v1"),
 }
-
-
-def graph_digest(model_bytes: bytes) -> str:
-    proto = onnx.load_from_string(model_bytes)
-    del proto.metadata_props[:]
-    return hashlib.sha256(proto.SerializeToString()).hexdigest()
 
 
 # The default target became the oldest supported runtime's (ltsedge.ortcompat.OLDEST_ORT, 1.20) instead of

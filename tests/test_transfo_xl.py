@@ -1,11 +1,11 @@
-"""Transformer-XL: the proxy reproduces the study's figures and counts the modules; the ONNX graph equals
-the PyTorch reference (forward, and generate with the recurrence memory carried over several segments,
-truncated to mem_len), with and without adaptive embeddings and PAR block types; greedy generation in
-onnxruntime equals a PyTorch loop; the exported model is measured like any other."""
+"""Transformer-XL's own: the proxy reproduces the study's figures; relative positions (rel_shift, the causal
+mask over memory + segment); the generate variant's recurrence memory equals the PyTorch reference's, carried
+over several segments and truncated to mem_len, in greedy generation too; an FFN-only layer has no memory; the
+exported model is measured like any other. What every backbone must do (the proxy equal to the PyTorch modules,
+both export variants equal to the reference, cached greedy = uncached, the bundle without onnxruntime-genai's
+config, pinned bytes) is tests/test_contract.py's."""
 
 from __future__ import annotations
-
-import random
 
 import numpy as np
 import onnx
@@ -19,7 +19,7 @@ from ltsedge.backbones.transfo_xl.mems import mem_layers, mems_bytes
 from ltsedge.backbones.transfo_xl.model import TransfoXL, causal_mask, rel_shift
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters import export_model, weight_seed
+from ltsedge.exporters import export_model
 from ltsedge.generation import greedy
 from ltsedge.profiling import profile_model
 from ltsedge.proxy import count_params
@@ -54,35 +54,6 @@ def test_the_studys_transformer_xl_figures():
     assert count_params(larger).decoder_params == 6_178_432  # 6.2 M
     for arch in (small, larger):
         assert counted_by_torch(arch) == (count_params(arch).decoder_params, count_params(arch).total_params)
-
-
-def random_archs(n: int, seed: int) -> list[Architecture]:
-    """Random heterogeneous architectures, large ones included (meta device: free), half adaptive, half
-    with block types."""
-    rng = random.Random(seed)
-    archs = []
-    for _ in range(n):
-        d_model, n_layer = 2 * rng.randint(4, 512), rng.randint(1, 8)
-        heads = [h for h in (1, 2, 3, 4, 6, 8, 16) if d_model % h == 0]
-        vocab = rng.randint(100, 60000)
-        adaptive = rng.random() < 0.5
-        archs.append(txl(
-            n_layer=n_layer, d_model=d_model, vocab_size=vocab,
-            n_head=[rng.choice(heads) for _ in range(n_layer)],
-            d_inner=[rng.randint(1, 4096) for _ in range(n_layer)],
-            d_embed=rng.choice([16, 64, 128, d_model]) if adaptive else None,
-            div_val=rng.choice([1, 2, 4]) if adaptive else 1,
-            block_types=[rng.choice(["attn_ffn", "ffn", "attn"]) for _ in range(n_layer)] if rng.random() < 0.5 else [],
-        ))
-    return archs
-
-
-def test_proxy_equals_the_module_counts_on_300_random_architectures():
-    archs = random_archs(300, seed=5)
-    assert sum(a.adaptive for a in archs) > 100 and sum(bool(a.block_types) for a in archs) > 100
-    for arch in archs:
-        counts = count_params(arch)
-        assert (counts.decoder_params, counts.total_params) == counted_by_torch(arch), arch.to_json()
 
 
 def test_backbone_settings():
@@ -140,37 +111,6 @@ def exported(arch: Architecture, variant: str, seed: int = 0, target_ort: str | 
     return ort.InferenceSession(exported_model.to_bytes(), providers=CPU), model
 
 
-@pytest.mark.parametrize("target_ort", [None, "1.14"])  # the default (1.20's) opset, and the oldest (18)
-@pytest.mark.parametrize("name", ARCHS)
-def test_forward_export_equals_pytorch(name, target_ort):
-    arch = ARCHS[name]
-    session, model = exported(arch, "forward", target_ort=target_ort)
-    rng = np.random.default_rng(0)
-    for batch, seq in [(1, 1), (2, 5), (1, 13), (2, 19)]:
-        ids = rng.integers(0, arch.vocab_size, (batch, seq))
-        (logits,) = session.run(["logits"], {"input_ids": ids})
-        with torch.no_grad():
-            expected = model(torch.from_numpy(ids)).numpy()
-        assert logits.shape == (batch, seq, arch.vocab_size)
-        assert np.abs(logits - expected).max() <= TOL
-
-
-def test_exported_shared_weights_equal_the_reference_model():
-    """export_model's own weights (shared buffer) and serializer, end to end, both variants."""
-    arch = ARCHS["adaptive_div2"]
-    model = BACKBONE.build_model(arch, seed=weight_seed(arch), shared_weights=True)
-    ids = np.random.default_rng(2).integers(0, arch.vocab_size, (2, 9))
-    with torch.no_grad():
-        expected, new_mems = model.forward_with_mems(torch.from_numpy(ids))
-    forward = ort.InferenceSession(export_model(arch).to_bytes(), providers=CPU)
-    assert np.abs(forward.run(["logits"], {"input_ids": ids})[0] - expected.numpy()).max() <= TOL
-    generate = ort.InferenceSession(export_model(arch, variant="generate").to_bytes(), providers=CPU)
-    empty = {f"mems.{k}": np.zeros((2, 0, arch.d_model), np.float32) for k in range(len(mem_layers(arch)))}
-    out = generate.run(None, {"input_ids": ids, **empty})
-    assert np.abs(out[0] - expected.numpy()).max() <= TOL
-    assert all(np.abs(got - want.numpy()).max() <= TOL for got, want in zip(out[1:], new_mems))
-
-
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("name", ARCHS)
 def test_generate_export_carries_the_memory_like_pytorch(name, batch):
@@ -224,10 +164,12 @@ def reference_greedy(model: TransfoXL, prompt: np.ndarray, n_new: int):
     return np.stack(tokens, 1), logits
 
 
-@pytest.mark.parametrize("name", ["plain", "adaptive_div2", "block_types", "ffn_only"])
+@pytest.mark.parametrize("name", ["plain", "block_types"])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_greedy_generation_equals_the_pytorch_loop(name, batch):
-    arch = ARCHS.get(name) or txl(block_types=["ffn", "ffn"])  # no attention at all: no memory
+def test_greedy_generation_with_a_truncated_memory_equals_the_pytorch_loop(name, batch):
+    """Prompt 7 + 10 tokens after a memory of at most 6 (4): the memory is truncated as generation goes (the
+    contract's uncached comparison holds only while nothing is truncated)."""
+    arch = ARCHS[name]
     session, model = exported(arch, "generate", seed=4)
     prompt = np.random.default_rng(5).integers(0, arch.vocab_size, (batch, 7))
     got = greedy(session, prompt, 10)

@@ -1,0 +1,349 @@
+"""The backbone contract: what every backbone must do, checked for each one the registry knows
+(``ltsedge.backbones.backbone_names()``) and each one the tests define (``TEST_BACKBONES``, registered
+around each test here, one line each).
+
+- the proxy (``count_params``) equals the parameters of the PyTorch module, decoder and total;
+- each declared export variant equals the PyTorch reference: ``forward`` at several lengths, at the default
+  and the oldest target's opset, and ``generate`` both on a whole sequence and in cached greedy decoding,
+  which gives the tokens and logits of an uncached loop (the whole sequence again at each step), a
+  left-padded batch included where the variant declares an attention mask; an undeclared variant is refused;
+- the exports declare their I/O spec, and ``export_model``'s own shared weights are the reference model's;
+- the generate bundle carries onnxruntime-genai's config exactly where the backbone declares
+  ``genai_compatible``, and onnxruntime-genai generates the reference's tokens from it;
+- the exported bytes of each architecture and variant are pinned (``PINS``).
+
+Which architectures a backbone is held to follows from what it declares: PAR layers where
+``supports_block_types``, adaptive embeddings where ``supports_adaptive``, the generate parts where
+``"generate" in variants`` — never from its name. Per-backbone test files keep what is that backbone's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from ltsedge.architecture import BLOCK_TYPES, Architecture
+from ltsedge.backbones import backbone_names, get_backbone, register, unregister
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters import export_model, read_metadata, weight_seed
+from ltsedge.exporters.bundle import write_bundle
+from ltsedge.generation import greedy
+from ltsedge.iospec import ExportSpec
+from ltsedge.keys import candidate_model_key
+from ltsedge.ortcompat import target_for
+from ltsedge.proxy import count_params
+from ltsedge.space import SearchSpace
+from tests.helpers import counted_by_torch, genai_greedy, graph_digest
+from tests.toy_backbone import Toy
+
+# Backbones the tests define: each is registered for the duration of each contract test, and must pass it.
+TEST_BACKBONES = [Toy()]
+
+CPU = ["CPUExecutionProvider"]
+TOL = 1e-3
+VARIANTS = ("forward", "generate")
+OLDEST_TARGET = "1.14"  # opset 18: GELU as its erf formula, where the default target's 21 has the Gelu operator
+
+
+def contract_backbones():
+    """name -> backbone: the registry's, and the tests' own (not registered outside a test)."""
+    return {**{name: get_backbone(name) for name in backbone_names()}, **{b.name: b for b in TEST_BACKBONES}}
+
+
+BACKBONES = contract_backbones()
+
+
+def contract_archs(backbone) -> dict[str, dict]:
+    """The architectures (as fields) a backbone is held to, by what it declares. "plain" is
+    tests/test_pins.py's "plain" architecture (for GPT-2 the same bytes, pinned there too)."""
+    archs = {"plain": dict(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=512, n_positions=64)}
+    small = dict(d_model=32, vocab_size=97, n_positions=32)
+    if backbone.supports_block_types:
+        # the first layer without attention (cache 0 is layer 1's), an attention-only layer, per-layer heads
+        archs["par"] = dict(small, n_layer=4, n_head=(4, 1, 2, 8), d_inner=(40, 96, 24, 64),
+                            block_types=("ffn", "attn_ffn", "attn", "ffn"))
+        archs["no_attention"] = dict(small, n_layer=2, n_head=(2, 4), d_inner=(64, 48), block_types=("ffn", "ffn"))
+    if backbone.supports_adaptive:
+        par = ("attn", "attn_ffn") if backbone.supports_block_types else ()
+        archs["adaptive"] = dict(small, n_layer=2, d_model=48, n_head=(3, 2), d_inner=(40, 56), d_embed=32, div_val=2,
+                                 cutoffs=(30, 60), block_types=par)
+        archs["narrow_embedding"] = dict(small, n_layer=2, n_head=(1, 2), d_inner=(16, 64), d_embed=16)
+    return archs
+
+
+def fast_kind(backbone) -> str:
+    """The architecture the fast loop (``-m "not slow"``) checks a backbone on: the one with the most of what
+    it declares (adaptive embeddings with PAR layers, PAR layers, or plain); the others are ``slow``."""
+    return next(kind for kind in ("adaptive", "par", "plain") if kind in contract_archs(backbone))
+
+
+def cases(*, variants: bool = False, all_fast: bool = False):
+    """(backbone, architecture kind[, variant]) for every backbone, as pytest params."""
+    out = []
+    for name, backbone in BACKBONES.items():
+        for kind in contract_archs(backbone):
+            marks = () if all_fast or kind == fast_kind(backbone) else (pytest.mark.slow,)
+            for variant in (VARIANTS if variants else (None,)):
+                values = (name, kind) if variant is None else (name, kind, variant)
+                out.append(pytest.param(*values, id="-".join(values), marks=marks))
+    return out
+
+
+@contextlib.contextmanager
+def registered(name: str):
+    """The backbone called ``name``, registered while the test runs when it is one of the tests' own."""
+    own = {b.name: b for b in TEST_BACKBONES}.get(name)
+    if own is None:
+        yield get_backbone(name)
+        return
+    register(own)
+    try:
+        yield own
+    finally:
+        unregister(name)
+
+
+@pytest.fixture
+def backbone(request):
+    with registered(request.node.callspec.params["name"]) as backbone:
+        yield backbone
+
+
+def arch_of(backbone, kind: str) -> Architecture:
+    return Architecture(backbone=backbone.name, **contract_archs(backbone)[kind])
+
+
+def randomized(backbone, arch, seed: int = 0) -> torch.nn.Module:
+    """The reference with every tensor random and larger than the init: std 0.02 makes nearly flat logits,
+    where a greedy choice would hinge on rounding; biases and LayerNorms random too, so no term can hide."""
+    model = backbone.build_model(arch)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
+    return model
+
+
+def session_of(exported) -> ort.InferenceSession:
+    onnx.checker.check_model(onnx.load_from_string(exported.to_bytes()), full_check=True)
+    return ort.InferenceSession(exported.to_bytes(), providers=CPU)
+
+
+def declared(exported) -> ExportSpec:
+    """The I/O spec the export declares, after checking its metadata names its architecture and variant."""
+    meta = read_metadata(onnx.load_from_string(exported.to_bytes()))
+    spec = ExportSpec.from_json(meta["io_spec"])
+    assert Architecture.from_json(meta["architecture"]) == exported.arch and meta["variant"] == spec.variant
+    return spec
+
+
+def reference_logits(model, ids: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(ids)).numpy()
+
+
+def prefill_logits(session, spec: ExportSpec, ids: np.ndarray) -> np.ndarray:
+    """The generate variant's logits over a whole sequence, after an empty cache, fed as it declares."""
+    batch, seq = ids.shape
+    feeds = {"input_ids": ids}
+    for t in spec.inputs:
+        if t.role == "attention_mask":
+            feeds[t.name] = np.ones((batch, seq), np.int64)
+        elif t.role == "position_ids":
+            feeds[t.name] = np.broadcast_to(np.arange(seq), (batch, seq)).copy()
+        elif t.role == "past":
+            feeds[t.name] = np.zeros([batch if d == "batch" else 0 if isinstance(d, str) else d for d in t.dims],
+                                     np.dtype(t.dtype))
+    return session.run(["logits"], feeds)[0]
+
+
+def uncached_greedy(model, rows: list[list[int]], n_new: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The PyTorch model's greedy tokens after each prompt alone (no padding), the whole sequence recomputed
+    at every step: tokens [batch, n_new] and, per step, the last position's logits [batch, vocab]."""
+    tokens, logits = [], []
+    for row in rows:
+        ids, row_logits = torch.tensor([row]), []
+        with torch.no_grad():
+            for _ in range(n_new):
+                last = model(ids)[:, -1]
+                row_logits.append(last[0].numpy())
+                ids = torch.cat([ids, last.argmax(-1, keepdim=True)], 1)
+        tokens.append(ids[0, len(row):].numpy())
+        logits.append(row_logits)
+    return np.stack(tokens), [np.stack(step) for step in zip(*logits)]
+
+
+# --- the proxy -----------------------------------------------------------------------------------
+
+
+def random_archs(backbone, n: int, seed: int) -> list[Architecture]:
+    """Random heterogeneous architectures, large ones included (counted on the meta device: free), a third
+    adaptive and half with PAR layers where the backbone declares them; those it refuses are left out."""
+    rng = random.Random(seed)
+    archs = []
+    for _ in range(n):
+        d_model, n_layer = 2 * rng.randint(4, 512), rng.randint(1, 4)
+        heads = [h for h in (1, 2, 3, 4, 6, 8, 16) if d_model % h == 0]
+        adaptive = backbone.supports_adaptive and rng.random() < 0.33
+        fields = dict(backbone=backbone.name, n_layer=n_layer, d_model=d_model,
+                      n_head=[rng.choice(heads) for _ in range(n_layer)],
+                      d_inner=[rng.randint(1, 4096) for _ in range(n_layer)],
+                      vocab_size=rng.randint(50, 60000), n_positions=rng.choice([16, 64, 1024]))
+        if adaptive:
+            fields.update(d_embed=rng.choice([16, 64, 128, d_model]), div_val=rng.choice([1, 2, 4]))
+        if backbone.supports_block_types and rng.random() < 0.5:
+            fields["block_types"] = [rng.choice(BLOCK_TYPES) for _ in range(n_layer)]
+        with contextlib.suppress(LtsedgeError):
+            archs.append(Architecture(**fields))
+    return archs
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_the_proxy_equals_the_pytorch_modules(name, backbone):
+    archs = [arch_of(backbone, kind) for kind in contract_archs(backbone)]
+    archs += SearchSpace.default(name).sample(30, seed=3) + random_archs(backbone, 120, seed=5)
+    assert len(archs) > 120
+    if backbone.supports_adaptive:
+        assert sum(a.adaptive for a in archs) > 30
+    if backbone.supports_block_types:
+        assert sum(bool(a.block_types) for a in archs) > 40
+    for arch in archs:
+        counts = count_params(arch)
+        assert counted_by_torch(arch) == (counts.decoder_params, counts.total_params), arch.to_json()
+
+
+# --- export --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,kind", cases())
+def test_forward_equals_pytorch(name, kind, backbone):
+    arch = arch_of(backbone, kind)
+    model = randomized(backbone, arch)
+    for target in (None, OLDEST_TARGET):
+        exported = export_model(arch, variant="forward", weights=model.state_dict(), target_ort=target)
+        assert declared(exported) == backbone.export_spec(arch, "forward")
+        session = session_of(exported)
+        rng = np.random.default_rng(0)
+        for batch, seq in [(1, 1), (2, 7), (1, arch.n_positions)]:
+            ids = rng.integers(0, arch.vocab_size, (batch, seq))
+            logits = session.run(["logits"], {"input_ids": ids})[0]
+            assert logits.shape == (batch, seq, arch.vocab_size)
+            assert np.abs(logits - reference_logits(model, ids)).max() <= TOL, (target, batch, seq)
+
+
+@pytest.mark.parametrize("name,kind", cases())
+def test_generate_equals_pytorch_and_cached_greedy_equals_uncached(name, kind, backbone):
+    arch = arch_of(backbone, kind)
+    if "generate" not in backbone.variants:
+        with pytest.raises(LtsedgeError, match="no export variant 'generate'"):
+            export_model(arch, variant="generate")
+        pytest.skip(f"backbone {name} declares no generate variant")
+    model = randomized(backbone, arch, seed=1)
+    exported = export_model(arch, variant="generate", weights=model.state_dict())
+    spec = declared(exported)
+    assert spec == backbone.export_spec(arch, "generate", **({"cache_layout": exported.cache_layout}
+                                                            if backbone.kv_cache else {}))
+    session = session_of(exported)
+    ids = np.random.default_rng(2).integers(0, arch.vocab_size, (2, 9))
+    assert np.abs(prefill_logits(session, spec, ids) - reference_logits(model, ids)).max() <= TOL
+
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, arch.vocab_size, (2, 6))
+    mask = np.ones_like(prompt)
+    if spec.input("attention_mask"):
+        mask[1, :3] = 0  # left padding: the second prompt is 3 tokens
+    for batch in (1, 2):
+        got = greedy(session, prompt[:batch], 10, mask[:batch])
+        want_tokens, want_logits = uncached_greedy(model, [p[m == 1].tolist() for p, m in zip(prompt[:batch], mask)],
+                                                   10)
+        np.testing.assert_array_equal(got.tokens, want_tokens)
+        assert max(np.abs(a - b).max() for a, b in zip(got.logits, want_logits)) <= TOL
+
+
+@pytest.mark.parametrize("name,kind", cases())
+def test_the_exports_own_shared_weights_are_the_reference_models(name, kind, backbone):
+    """``export_model`` without weights: the reference built from ``weight_seed`` with shared weights."""
+    arch = arch_of(backbone, kind)
+    model = backbone.build_model(arch, seed=weight_seed(arch), shared_weights=True)
+    ids = np.random.default_rng(4).integers(0, arch.vocab_size, (2, 9))
+    for variant in backbone.variants:
+        exported = export_model(arch, variant=variant)
+        session = ort.InferenceSession(exported.to_bytes(), providers=CPU)
+        logits = prefill_logits(session, declared(exported), ids)
+        assert np.abs(logits - reference_logits(model, ids)).max() <= TOL, variant
+
+
+@pytest.mark.parametrize("name,kind", cases())
+def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, kind, backbone, tmp_path):
+    if "generate" not in backbone.variants:
+        pytest.skip(f"backbone {name} declares no generate variant: it has no bundle")
+    arch = arch_of(backbone, kind)
+    model = randomized(backbone, arch, seed=7)
+    files = write_bundle(export_model(arch, variant="generate", weights=model.state_dict()), tmp_path)
+    assert ("genai_config.json" in files) == backbone.genai_compatible
+    if not backbone.genai_compatible:
+        pytest.skip(f"backbone {name} declares no onnxruntime-genai support (genai_compatible)")
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    for prompt in ([5, 17, 9, 3, 25], [1, 2]):
+        tokens, logits = genai_greedy(tmp_path, prompt, 10)
+        want_tokens, want_logits = uncached_greedy(model, [prompt], 10)
+        for step in range(10):
+            np.testing.assert_allclose(logits[step], want_logits[step][0], atol=TOL)
+        assert tokens == want_tokens[0].tolist()
+
+
+# --- pins ----------------------------------------------------------------------------------------
+
+# The graph_version the pins below are of, and (backbone, architecture, variant) -> sha256 of the default
+# export's bytes, metadata aside (it carries the ltsedge version). A test failing here means the exported
+# graph (or its weights) changed: when intended, bump the backbone's graph_version, so that stored figures
+# of the old graph are never reused, and update the pins and PINNED_GRAPH_VERSION in the same commit.
+PINNED_GRAPH_VERSION = {"gpt2": 1, "opt": 1, "transfo_xl": 1, "toy": 1}
+PINS = {
+    ("gpt2", "plain", "forward"): "8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
+    ("gpt2", "plain", "generate"): "84632677bdf8b40f0f0fad5febd751ecfde643e7887337fba5883d654b521a5e",
+    ("gpt2", "par", "forward"): "a1748d7643604b99b220e82a53ef5886634604c2b002b96cadf24cf869e25c80",
+    ("gpt2", "par", "generate"): "a116b2e4fe67573d86d5f8ecc61b2d7bc1aed8191e40f703b072b6f096ab8f80",
+    ("gpt2", "no_attention", "forward"): "69d09113b9b0791b0ae82805a83cf6c6c7e6c56088918c22acd27e154e7f916c",
+    ("gpt2", "no_attention", "generate"): "b2fb7b13f56634b2cf8cd1367390138a77fe04125766588329ad2e728b55824a",
+    ("gpt2", "adaptive", "forward"): "d17c4f484ea3d2ab6131f5c8eae4205462ad2f4d26c13f4b8331dc50aa1f2294",
+    ("gpt2", "adaptive", "generate"): "3e601d8cd8f5e292d6c15b77eef864e9ea06160948b6c75ec1df30f187dd74b2",
+    ("gpt2", "narrow_embedding", "forward"): "512489d86d63bf20a2371130b60c01f3318c1138654de32be63e5543a2ff71ff",
+    ("gpt2", "narrow_embedding", "generate"): "d4d73eab0d8e66707043d9267a203feaf466f78ee864c8add57af1eed9b196f8",
+    ("transfo_xl", "plain", "forward"): "67007ee54f10d0b544929f4b97ae32e25b7133c4ffe96a7193baa6b2bbc7041a",
+    ("transfo_xl", "plain", "generate"): "793ddb047bf0bfb00882b0ffa60a5bf11bb8473dda774a717e76baa2c334095e",
+    ("transfo_xl", "par", "forward"): "c5b84f9f1042eaff5643f770e4b0dc8a33db71c36dc7718d3c027026eadbb3bc",
+    ("transfo_xl", "par", "generate"): "e512a50b30c3927cc813fe7659f7b3b4ad7576047590435b93f7f776863aa26d",
+    ("transfo_xl", "no_attention", "forward"): "b803e16b30d4cbe577753c47106ea7f71b744076b14b864c2bdc662370cbf55d",
+    ("transfo_xl", "no_attention", "generate"): "033de713e15f5ecc7824810d926c924dd5b81af0eedde00391fd1b58f7e8d559",
+    ("transfo_xl", "adaptive", "forward"): "6d8ecee4173ade2f5fd439e9d2717d57cc2c597d8c59fde01dd97b49b7dcc2ad",
+    ("transfo_xl", "adaptive", "generate"): "4a5494118d0c87dbc56b8cfa0cf35e8e2ca8f005b203aa2d667cf0d2c9db7e7d",
+    ("transfo_xl", "narrow_embedding", "forward"): "3e76a1a7b3d9e0db609f8136181fdce62f42e15c9420ca71c76da0896ed1b57b",
+    ("transfo_xl", "narrow_embedding", "generate"): "2d3a5cba17233566b4d3eed85fb9c958f0d35a6fd71366081faddbf14f83e075",
+    ("opt", "plain", "forward"): "bafe80a8288dc1dd29c8216041706c8da7bba3448c8816ed8d19a4637094bf85",
+    ("opt", "plain", "generate"): "de6529f02629a0d33c1fe1826cf4d1a3cac7e30da916f03117e72b9d7fd10acf",
+    ("opt", "par", "forward"): "1fd5c4c051a93c86fa7b6b9b32ed9db711aa612b150c8becaab3bd29c050728b",
+    ("opt", "par", "generate"): "23346f1626cdcc50590eee50f22bfc9b174edb873212a744d36e15c8d66c390d",
+    ("opt", "no_attention", "forward"): "4d09c3006fb86eb3c6a1e34a52b93d12eb2d15b4b90622c374a112d42f661782",
+    ("opt", "no_attention", "generate"): "f48bc184c805f23c2388819eb2c5a56b6696fba3467dd62b079173d9fdc396d6",
+    ("toy", "plain", "forward"): "7521394f4af9e8dec01e34627945a3a814e2a09ef7a7497e1b86ea6c2d718fc2",
+}
+
+
+@pytest.mark.parametrize("name,kind,variant", cases(variants=True, all_fast=True))  # exports only: cheap
+def test_exported_bytes_are_pinned(name, kind, variant, backbone):
+    if variant not in backbone.variants:
+        pytest.skip(f"backbone {name} declares no {variant} variant")
+    arch = arch_of(backbone, kind)
+    digest = graph_digest(export_model(arch, variant=variant).to_bytes())
+    key = candidate_model_key(arch, target_for(None), variant)
+    assert (name, kind, variant) in PINS, f"no pin: add ({name!r}, {kind!r}, {variant!r}): {digest!r}  # {key}"
+    assert backbone.graph_version == PINNED_GRAPH_VERSION[name], "graph_version bumped: update the pins"
+    assert digest == PINS[name, kind, variant], (
+        f"the exported graph changed ({key}): bump {name}'s graph_version and update the pins")
