@@ -27,6 +27,10 @@ EXECUTION_MODES = ("sequential", "parallel")
 SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
             "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
             "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
+# Settings added after stores held figures, with the value every figure before them was measured at: in
+# the key only when set to something else, so those figures keep their keys.
+LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0}
+MAX_MMAP_THRESHOLD_KB = 32 * 1024  # glibc's ceiling on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,10 @@ class DeviceProfile:
     enable_cpu_mem_arena: bool = True
     enable_mem_pattern: bool = True
     allow_spinning: bool = True  # idle intra-op threads busy-wait (onnxruntime's default)
+    # glibc's mmap threshold in the measuring worker, fixed at this many KiB (runners/memory.py): peaks
+    # that repeat. 0 = glibc's own, which moves with what was freed: an app's default, whose peak varies
+    # between runs (docs/benchmarks.md, "Memory that holds still"). No effect without glibc.
+    malloc_mmap_threshold_kb: int = 0
     # [workload]: one forward pass of batch x sequence tokens (LiteTransformerSearch protocol)
     batch: int = 1
     sequence: int = 192
@@ -85,9 +93,12 @@ class DeviceProfile:
         return f"device profile {self.name!r}"
 
     def settings(self) -> dict[str, Any]:
-        """Every field that changes measured values (a store key)."""
-        return {k: (dict(sorted(v.items())) if isinstance(v, dict) else v)
-                for k, v in ((k, getattr(self, k)) for k in SETTINGS)}
+        """Every field that changes measured values (a store key); a later setting only where it is not
+        the value of the figures before it (``LATER_SETTINGS``)."""
+        out = {k: (dict(sorted(v.items())) if isinstance(v, dict) else v)
+               for k, v in ((k, getattr(self, k)) for k in SETTINGS)}
+        out.update({k: getattr(self, k) for k, before in LATER_SETTINGS.items() if getattr(self, k) != before})
+        return out
 
     def settings_hash(self) -> str:
         return settings_hash(self.settings())
@@ -175,6 +186,8 @@ def _check_ranges(p: DeviceProfile) -> None:
     for key in ("cooldown_s", "max_cooldown_wait_s"):
         if not 0 <= getattr(p, key) < float("inf"):
             raise bad(key, ">= 0")
+    if not 0 <= p.malloc_mmap_threshold_kb <= MAX_MMAP_THRESHOLD_KB:
+        raise bad("malloc_mmap_threshold_kb", f"between 0 and {MAX_MMAP_THRESHOLD_KB} (KiB; 0 = glibc's own threshold)")
     if p.max_runs < p.min_runs:
         raise bad("max_runs", f">= min_runs ({p.min_runs})")
     if not 0 < p.tolerance < 1:

@@ -2,8 +2,9 @@
 
 Peak memory (Linux): writing "5" to /proc/self/clear_refs resets the kernel's peak-RSS counter
 (VmHWM) to the current RSS; a model's figure is VmHWM after its runs minus RSS before loading it.
-glibc's malloc_trim(0) hands freed heap pages back to the kernel between models. GPU memory comes
-from NVML (pynvml) where it is installed. Imported by the worker: psutil and the standard library only.
+glibc's malloc_trim(0) hands freed heap pages back to the kernel between models, and a fixed mmap
+threshold (``fix_mmap_threshold``, a profile's ``malloc_mmap_threshold_kb``) makes the peak repeat. GPU
+memory comes from NVML (pynvml) where it is installed. Imported by the worker: psutil and the standard library only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ LIBC = _libc() if sys.platform.startswith("linux") else None
 
 def rss_bytes() -> int:
     return psutil.Process().memory_info().rss
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt() parameter (malloc.h)
+
+
+def fix_mmap_threshold(kib: int) -> bool:
+    """Fix glibc's mmap threshold at ``kib`` KiB: a block at least that large gets its own mapping, handed
+    back to the kernel as soon as it is freed. Left alone, glibc raises the threshold to the size of each
+    mapped block freed (up to 32 MiB), after which such blocks come from the heap and may stay resident
+    once freed; with several threads freeing them in no fixed order, a model's peak then differs between
+    runs by up to a fifth (docs/benchmarks.md, "Memory that holds still"). Fixing it also stops that
+    dynamic adjustment, for good. False where this C library has no mallopt (macOS) or refuses (musl)."""
+    mallopt = getattr(LIBC, "mallopt", None)
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, int(kib) * 1024))
 
 
 def release_memory() -> None:

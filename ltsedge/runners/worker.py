@@ -19,7 +19,8 @@ Peak memory (Linux): writing "5" to /proc/self/clear_refs resets the kernel's pe
 (VmHWM) to the current RSS; the model's figure is VmHWM after the runs minus RSS before loading.
 After a model, glibc's malloc_trim(0) hands freed memory back to the kernel, so the next model
 starts from the same baseline. Elsewhere the counter cannot be reset and the parent starts a fresh
-worker for every model.
+worker for every model. A profile's ``malloc_mmap_threshold_kb`` fixes glibc's mmap threshold before
+the first model (``configure_malloc``): the peak then repeats between runs and in any order of models.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ltsedge.runners.inputs import (
     workloads_of,
 )
 from ltsedge.runners.memory import (
+    fix_mmap_threshold,
     gpu_memory_bytes,
     peak_reset_works,
     peak_rss_bytes,
@@ -97,6 +99,25 @@ def session_options(run: RunSettings):
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     so.log_severity_level = 3  # errors only: warnings would fill the worker's log
     return so
+
+
+_mmap_threshold_kb = 0  # glibc's own, dynamic threshold until a run fixes it
+
+
+def configure_malloc(run: RunSettings) -> str:
+    """Fix glibc's mmap threshold where the run asks for it, before its reference or model is loaded; how
+    this worker's malloc now runs: "default" (the C library's own: glibc's dynamic threshold), "mmap_threshold=
+    <n>KiB", or "no_mallopt" (asked for, but not glibc: it cannot apply, and the figures are the library's own)."""
+    global _mmap_threshold_kb
+    wanted = run.malloc_mmap_threshold_kb
+    if wanted != _mmap_threshold_kb:
+        if wanted == 0:  # glibc has no way back to the dynamic threshold once one was set
+            raise RuntimeError(f"this worker's mmap threshold is fixed at {_mmap_threshold_kb} KiB: glibc's own "
+                               f"threshold needs a fresh worker")
+        if not fix_mmap_threshold(wanted):
+            return "no_mallopt"
+        _mmap_threshold_kb = wanted
+    return f"mmap_threshold={_mmap_threshold_kb}KiB" if _mmap_threshold_kb else "default"
 
 
 def providers(run: RunSettings) -> list:
@@ -199,6 +220,7 @@ def reference(run: RunSettings, path: str | None) -> Reference | None:
 
 def calibrate(request: dict) -> dict:
     """The reference alone: the run's calibration (and the drift guard's baseline)."""
+    configure_malloc(request["run"])
     ref = reference(request["run"], request["reference_path"])
     samples = timing.calibrate(ref.run_once, request.get("seconds", 1.0))
     return {"ok": True, "reference_ms": samples}
@@ -209,6 +231,10 @@ def calibrate(request: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 def measure(request: dict, peak_resettable: bool) -> dict:
     run = request["run"]
+    try:
+        malloc = configure_malloc(run)
+    except RuntimeError as e:
+        return {"ok": False, "error": str(e), "failure_kind": "environment"}
     ref = reference(run, request["reference_path"])
     device_id = int(run.provider_options.get("device_id", 0))
     release_memory()
@@ -217,7 +243,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
     baseline = rss_bytes()
     gpu_before = gpu_memory_bytes(device_id) if run.execution_provider == "CUDAExecutionProvider" else None
     reply: dict[str, Any] = {"ok": False, "baseline_rss_mb": baseline / MB,
-                             "memory_method": "reset_peak" if peak_resettable else "no_reset"}
+                             "memory_method": "reset_peak" if peak_resettable else "no_reset", "malloc": malloc}
     session = feeds = run_once = None
     try:
         t0 = time.perf_counter()
