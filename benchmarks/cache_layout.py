@@ -14,13 +14,14 @@ import onnxruntime as ort
 from ltsedge.architecture import Architecture
 from ltsedge.backbones.kv_cache import uniform_heads
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 
 CONTEXT, ROUNDS = 192, int(sys.argv[1]) if len(sys.argv) > 1 else 400
 THREADS = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 
 
 def session(arch, layout):
-    exported = export_model(arch, variant="generate", cache_layout=layout)
+    exported = export_model(arch, ExportOptions(variant="generate", cache_layout=layout))
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = THREADS
     s = ort.InferenceSession(exported.to_bytes(), options, providers=["CPUExecutionProvider"])

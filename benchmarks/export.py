@@ -29,6 +29,7 @@ import onnxruntime as ort
 
 from ltsedge.architecture import Architecture
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.proxy import count_params
 
 SHAPES = [(2, 256), (6, 512), (16, 1024)]
@@ -52,7 +53,7 @@ def feeds_for(exported, context: int = 192) -> dict:
 
 def one_run(arch: Architecture, path: Path, shared: bool, variant: str) -> dict:
     t0 = time.perf_counter()
-    exported = export_model(arch, shared_weights=shared, variant=variant)
+    exported = export_model(arch, ExportOptions(variant=variant), shared_weights=shared)
     t1 = time.perf_counter()
     exported.save(path, digest=False)  # as the search writes its scratch files
     t2 = time.perf_counter()
@@ -77,7 +78,7 @@ def quantized(repeats: int) -> None:
     from ltsedge.devices import load_profile
     from ltsedge.runners import Runner
 
-    export_model(arch_for(1, 64), precision="int4")  # the quantizers' imports, paid once per process
+    export_model(arch_for(1, 64), ExportOptions(precision="int4"))  # the quantizers' imports, paid once per process
     print(f"{'architecture':<14}{'variant':>9}" + "".join(f"{p + ' export':>13}" for p in PRECISIONS)
           + f"{'int8 adds':>11}{'int4 adds':>11}")
     for n_layer, d_model in QUANTIZED_SHAPES:
@@ -88,7 +89,7 @@ def quantized(repeats: int) -> None:
                 runs = []
                 for _ in range(repeats):
                     t0 = time.perf_counter()
-                    export_model(arch, variant=variant, precision=precision)
+                    export_model(arch, ExportOptions(variant=variant, precision=precision))
                     runs.append(time.perf_counter() - t0)
                 times[precision] = statistics.median(runs)
             print(f"{n_layer:>2} x {d_model:<9}{variant:>9}" + "".join(f"{times[p]:>12.2f}s" for p in PRECISIONS)
@@ -103,7 +104,7 @@ def quantized(repeats: int) -> None:
             paths, sizes = [], []
             for precision in PRECISIONS:
                 path = Path(tmp) / f"{arch.id}-{precision}.onnx"
-                exported = export_model(arch, variant="generate", precision=precision)
+                exported = export_model(arch, ExportOptions(variant="generate", precision=precision))
                 exported.save(path, digest=False)
                 paths.append(path)
                 sizes.append(path.stat().st_size / 1e6)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.runners import Runner
 from ltsedge.runners.racing import Race
 from ltsedge.search.api import SearchOptions, resolve
@@ -37,7 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, Runner(profile) as runner:
         for i, arch in enumerate(archs):
             path = Path(tmp) / f"{arch.id}.onnx"
-            export_model(arch, variant="generate").save(path, digest=False)
+            export_model(arch, ExportOptions(variant="generate")).save(path, digest=False)
             race = Race("decode", 1, (), profile.tolerance)  # an empty front: never raced out
             ways = [("raced", race), ("full", None)] if i % 2 == 0 else [("full", None), ("raced", race)]
             out = {}

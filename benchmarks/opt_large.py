@@ -25,6 +25,7 @@ import numpy as np
 from ltsedge.architecture import Architecture
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model, weight_seed
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
 from ltsedge.runners.memory import peak_rss_bytes, release_memory, reset_peak, rss_bytes
@@ -72,7 +73,7 @@ def run_variant(arch: Architecture, variant: str, directory: Path, profile) -> d
 
     path = directory / f"{variant}.onnx"
     with Step() as export:
-        exported = export_model(arch, variant=variant)
+        exported = export_model(arch, ExportOptions(variant=variant))
     with Step() as write:
         files = exported.save_files(path, digest=False)  # external data: it is over protobuf's 2 GB
     sizes = {name: (directory / name).stat().st_size for name in files}

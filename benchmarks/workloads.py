@@ -17,6 +17,7 @@ from pathlib import Path
 from ltsedge.architecture import Architecture
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.runners import Runner
 
 SHAPES = [(2, 256), (6, 512), (12, 768)]
@@ -37,7 +38,7 @@ def main() -> None:
             paths = []
             for variant in ("forward", "generate"):
                 path = Path(tmp) / f"{arch.id}-{variant}.onnx"
-                export_model(arch, variant=variant).save(path, digest=False)
+                export_model(arch, ExportOptions(variant=variant)).save(path, digest=False)
                 paths.append(path)
             forward, generate = runner.measure_many(paths)
             decode = generate.workloads["decode"]

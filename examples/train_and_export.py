@@ -10,6 +10,12 @@ parameters), trains ltsedge's PyTorch reference model of that architecture for a
 your text file with byte-level tokens (ids 0-255: any vocabulary of at least 256 tokens holds them;
 nothing is downloaded), saves the state_dict and exports the generation bundle with those weights.
 A real model wants a real tokenizer and far more training; the example shows the mechanics.
+
+Quantization's cost is not in the decoder-parameter proxy, so the script also measures it: the last
+tenth of the text is held out from training, and each of ``--check-precisions`` (int8, int4) is
+exported with the trained weights and compared with the fp32 file on it — perplexity, and how often
+its next-token choice agrees with fp32's — all in plain onnxruntime. ``--precision`` is what the bundle
+ships at.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import torch.nn.functional as F
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
+from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import export_to_path
+from ltsedge.exporters.options import ExportOptions
 
 
 def pick(frontier_file: Path, model_id: str | None, min_params: int) -> Architecture:
@@ -73,6 +81,29 @@ def train(arch: Architecture, text: bytes, steps: int, batch: int, seq: int, lr:
     return model.eval()
 
 
+def held_out_figures(arch: Architecture, weights: Path, held_out: bytes, seq: int,
+                     precisions: list[str]) -> dict[str, tuple[float, float]]:
+    """Per precision: (perplexity on the held-out bytes, share of positions whose most likely next token
+    is fp32's), each the forward ONNX model with the trained weights, in non-overlapping windows."""
+    import onnxruntime as ort
+
+    state = torch.load(weights, weights_only=True)
+    ids = np.frombuffer(held_out, dtype=np.uint8).astype(np.int64)
+    windows = np.stack([ids[i:i + seq + 1] for i in range(0, len(ids) - seq - 1, seq)])
+    figures, reference = {}, None
+    for precision in ["fp32", *precisions]:
+        exported = export_model(arch, ExportOptions(variant="forward", precision=precision), weights=state)
+        session = ort.InferenceSession(exported.to_bytes(), providers=["CPUExecutionProvider"])
+        logits = session.run(None, {"input_ids": windows[:, :-1]})[0].astype(np.float64)
+        logits -= logits.max(-1, keepdims=True)  # log-softmax (an adaptive softmax's log-probs pass unchanged)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        nll = -np.take_along_axis(log_probs, windows[:, 1:, None], -1).mean()
+        top1 = log_probs.argmax(-1)
+        reference = top1 if reference is None else reference
+        figures[precision] = (float(np.exp(nll)), float((top1 == reference).mean()))
+    return figures
+
+
 def generate(bundle: Path, prompt: bytes, n_new: int) -> bytes:
     """Greedy generation with onnxruntime-genai when installed, else with plain onnxruntime."""
     prompt_ids = list(prompt)
@@ -114,22 +145,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompt", default="The ")
     parser.add_argument("--generate", type=int, default=40, help="tokens to generate after training")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"],
+                        help="the precision the bundle ships at")
+    parser.add_argument("--check-precisions", default="int8,int4",
+                        help="precisions compared with fp32 on the held-out text (comma-separated; '' for none)")
     args = parser.parse_args(argv)
 
     arch = pick(args.frontier, args.id, args.min_params)
     seq = min(args.seq, arch.n_positions - 1)
     print(f"training {arch.id} ({arch.n_layer} layers, d_model {arch.d_model}) on {args.text}")
-    model = train(arch, args.text.read_bytes(), args.steps, args.batch, seq, args.lr, args.seed)
+    text = args.text.read_bytes()
+    cut = len(text) - max(len(text) // 10, seq + 2)  # the last tenth (at least a window) is held out
+    model = train(arch, text[:cut], args.steps, args.batch, seq, args.lr, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     weights = args.out / "weights.pt"
     torch.save(model.state_dict(), weights)
     (args.out / "architecture.json").write_text(arch.to_json(indent=2) + "\n")
     bundle = args.out / "bundle"
-    export_to_path(arch, bundle, variant="generate", weights=weights)
+    export_to_path(arch, bundle, ExportOptions(variant="generate", precision=args.precision), weights=weights)
     print(f"wrote {weights} and the bundle {bundle}/ (same as: ltsedge export {args.out / 'architecture.json'} "
-          f"--variant generate --weights {weights} -o {bundle})")
-    text = generate(bundle, args.prompt.encode(), args.generate)
-    print(repr(args.prompt + text.decode(errors="replace")))
+          f"--variant generate --weights {weights} --precision {args.precision} -o {bundle})")
+    precisions = [p for p in args.check_precisions.split(",") if p and p != "fp32"]
+    figures = held_out_figures(arch, weights, text[cut:], seq, precisions)
+    print(f"held-out text ({len(text) - cut} bytes): precision, perplexity, next token as fp32's")
+    for precision, (perplexity, agreement) in figures.items():
+        change = perplexity / figures["fp32"][0] - 1
+        print(f"  {precision:5s} {perplexity:8.3f} ({change:+.1%})  {agreement:.1%}")
+    generated = generate(bundle, args.prompt.encode(), args.generate)
+    print(repr(args.prompt + generated.decode(errors="replace")))
 
 
 if __name__ == "__main__":

@@ -99,11 +99,12 @@ def export(
 ) -> None:
     """Export an architecture to ONNX: one model file, or a generation bundle (--variant generate)."""
     from ltsedge.exporters.bundle import export_to_path
+    from ltsedge.exporters.options import ExportOptions
 
     arch = Architecture.load(arch_file)
-    model, files = export_to_path(arch, output, variant=variant, weights=weights, tokenizer=tokenizer,
-                                  target_ort=target_ort, external_data=external_data, precision=precision,
-                                  cache_layout=cache_layout)
+    options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, cache_layout=cache_layout,
+                            external_data=external_data)
+    model, files = export_to_path(arch, output, options, weights=weights, tokenizer=tokenizer)
     t = model.target
     kind = "trained" if weights else "random"
     typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, {model.precision}, "

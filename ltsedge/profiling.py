@@ -18,17 +18,10 @@ from ltsedge.check.run import check_shapes
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import check_precision
 from ltsedge.files import sha256_of
-from ltsedge.keys import (
-    DEFAULT_PRECISION,
-    DEFAULT_VARIANT,
-    candidate_model_key,
-    file_key,
-    measurement_key,
-    measurement_settings,
-)
-from ltsedge.ortcompat import target_for
+from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT, file_key, measurement_key, measurement_settings
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
 from ltsedge.runners.runner import pinned_calibration
@@ -43,7 +36,8 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object).
 
     ``precision`` (an architecture only; default: the profile's [export] precision, else fp32): the
-    candidate is exported at it, and keyed by it in the store. An ONNX file is measured as it is: its
+    candidate is exported at it, and keyed by it in the store (one ``ExportOptions`` of the variant,
+    target and precision makes both the export and its key). An ONNX file is measured as it is: its
     variant is the one it was exported as (``variant``, when given, must agree), ``shapes`` must name its
     inputs (checked before anything is measured or stored)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
@@ -53,14 +47,14 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     if not path.is_file():
         raise LtsedgeError(f"model file not found: {path}")
     target_ort = target_ort or profile.target_ort
-    sha256 = None
+    sha256 = options = None
     if path.suffix.lower() == ".json":
-        variant = variant or DEFAULT_VARIANT
-        precision = precision or profile.precision or DEFAULT_PRECISION
-        target = target_for(target_ort)
-        check_precision(precision, target.runtime, profile.execution_provider)  # before anything is measured
+        options = ExportOptions(variant=variant or DEFAULT_VARIANT, target_ort=target_ort,
+                                precision=precision or profile.precision or DEFAULT_PRECISION)
+        variant, precision = options.variant, options.precision
+        check_precision(precision, options.target.runtime, profile.execution_provider)  # before anything is measured
         arch = Architecture.load(path)
-        key = candidate_model_key(arch, target, variant, precision)
+        key = options.model_key(arch)
     else:
         if precision is not None:
             raise LtsedgeError(f"--precision is for an architecture (ARCH.json): {path} is measured as it is "
@@ -84,10 +78,10 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         machine = {"run_calibration_ms": None, "machine_state": None}
         if measurement is None:
             onnx_path = path
-            if arch is not None and sha256 is None:
+            if options is not None:
                 onnx_path = Path(scratch) / f"{arch.id}.onnx"
-                export_model(arch, target_ort=target_ort, variant=variant, precision=precision,
-                             execution_provider=profile.execution_provider).save(onnx_path, digest=False)
+                exported = export_model(arch, options, execution_provider=profile.execution_provider)
+                exported.save(onnx_path, digest=False)
                 check_shapes(onnx_path, shapes or {}, profile, str(path))
             if hasattr(runner, "use_pinned"):  # after the input is checked; a fleet's agents pin their own
                 runner.use_pinned(pinned_calibration(store, runner))

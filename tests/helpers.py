@@ -190,13 +190,14 @@ def exported(arch, seed: int = 0):
 
     from ltsedge.backbones import get_backbone
     from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
 
     model = get_backbone(arch.backbone).build_model(arch)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
-    exported_model = export_model(arch, variant="generate", weights=model.state_dict())
+    exported_model = export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict())
     return ort.InferenceSession(exported_model.to_bytes(), providers=["CPUExecutionProvider"]), model
 
 

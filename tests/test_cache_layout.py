@@ -23,9 +23,8 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import write_bundle
 from ltsedge.exporters.genai import genai_config, hf_config
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
-from ltsedge.keys import candidate_model_key
-from ltsedge.ortcompat import target_for
 from tests.helpers import exported, genai_greedy, prompts, reference_greedy, reference_tokens, trained_like_weights
 
 CPU = ["CPUExecutionProvider"]
@@ -56,7 +55,8 @@ def uniform(cache: torch.Tensor, heads: int) -> np.ndarray:
 
 
 def uniform_session(arch, model) -> ort.InferenceSession:
-    exported_model = export_model(arch, variant="generate", weights=model.state_dict(), cache_layout="uniform")
+    exported_model = export_model(arch, ExportOptions(variant="generate", cache_layout="uniform"),
+                                  weights=model.state_dict())
     return ort.InferenceSession(exported_model.to_bytes(), providers=CPU)
 
 
@@ -95,8 +95,8 @@ def test_uniform_graph_equals_pytorch_with_its_caches_remapped(name):
 def test_cached_greedy_equals_the_uncached_reference_in_both_layouts(name, layout):
     arch = ARCHS[name]
     _, model = exported(arch, seed=4)
-    session = ort.InferenceSession(export_model(arch, variant="generate", weights=model.state_dict(),
-                                                cache_layout=layout).to_bytes(), providers=CPU)
+    session = ort.InferenceSession(export_model(arch, ExportOptions(variant="generate", cache_layout=layout),
+                                                weights=model.state_dict()).to_bytes(), providers=CPU)
     prompt, mask = prompts(arch, 2, 6, seed=5)
     got = greedy(session, prompt, 10, mask)
     want_tokens, want_logits = reference_greedy(model, prompt, mask, 10)
@@ -109,7 +109,8 @@ def test_onnxruntime_genai_generates_the_reference_tokens_from_the_uniform_bundl
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     arch = ARCHS[name]
     _, model = exported(arch, seed=3)
-    write_bundle(export_model(arch, variant="generate", weights=model.state_dict(), cache_layout="uniform"), tmp_path)
+    write_bundle(export_model(arch, ExportOptions(variant="generate", cache_layout="uniform"),
+                              weights=model.state_dict()), tmp_path)
     config = json.loads((tmp_path / "genai_config.json").read_text())["model"]["decoder"]
     H = uniform_heads(arch)
     assert (config["num_key_value_heads"], config["head_size"]) == (H, arch.d_model // H)
@@ -129,7 +130,8 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     state = torch.load(tmp_path / "w.pt")
     model = get_backbone(arch.backbone).build_model(arch)
     model.load_state_dict(state)
-    write_bundle(export_model(arch, variant="generate", weights=state), tmp_path / "bundle")  # the default layout
+    # the default layout
+    write_bundle(export_model(arch, ExportOptions(variant="generate"), weights=state), tmp_path / "bundle")
     config = json.loads((tmp_path / "bundle" / "config.json").read_text())
     assert config["model_type"] == arch.backbone
     H = uniform_heads(arch)
@@ -146,11 +148,11 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
 def test_the_default_layout_is_uniform_and_declares_h_heads_everywhere():
     arch = ARCHS["gpt2-par"]  # H = 8: layer 2's, the most of any layer with a cache (layer 0's 16 have none)
     assert DEFAULT_CACHE_LAYOUT == "uniform"
-    exported_model = export_model(arch, variant="generate")
+    exported_model = export_model(arch, ExportOptions(variant="generate"))
     assert exported_model.cache_layout == "uniform"
     assert {t.dims for t in exported_model.spec.input("past")} == {("batch", 8, "past_sequence", 8)}
     assert {t.dims for t in exported_model.spec.output("present")} == {("batch", 8, "total_sequence", 8)}
-    per_layer = export_model(arch, variant="generate", cache_layout="per-layer")
+    per_layer = export_model(arch, ExportOptions(variant="generate", cache_layout="per-layer"))
     assert per_layer.cache_layout == "per-layer"
     assert [t.dims[1] for t in per_layer.spec.input("past")] == [4, 4, 8, 8, 2, 2]
     assert export_model(arch).cache_layout is None  # forward: no cache
@@ -168,31 +170,32 @@ def test_configs_say_the_layout_and_h():
         "per-layer", 4, 4)  # the first cache's (layer 1's) heads
     opt = hf_config(ARCHS["opt"])
     assert opt["num_attention_heads"] == 8 and opt["ltsedge"]["cache_heads"] == 8
-    genai = genai_config(arch, export_model(arch, variant="generate").spec, "model.onnx")["model"]["decoder"]
+    spec = export_model(arch, ExportOptions(variant="generate")).spec
+    genai = genai_config(arch, spec, "model.onnx")["model"]["decoder"]
     assert (genai["num_attention_heads"], genai["num_key_value_heads"], genai["head_size"]) == (8, 8, 8)
     assert "cache_layout" not in hf_config(Architecture(backbone="transfo_xl", n_layer=1, d_model=64, n_head=[2],
                                                         d_inner=[64], vocab_size=100))["ltsedge"]
 
 
 def test_the_store_key_names_the_layout_only_where_it_changes_the_graph():
-    target = target_for(None)
+    def key(arch, variant="generate", layout=None):
+        return ExportOptions(variant=variant, cache_layout=layout).model_key(arch)
+
     heterogeneous, equal = ARCHS["gpt2"], Architecture(n_layer=2, d_model=64, n_head=[4, 4], d_inner=[64, 64],
                                                        vocab_size=300, n_positions=64)
-    per_layer = candidate_model_key(heterogeneous, target, "generate", cache_layout="per-layer")
+    per_layer = key(heterogeneous, layout="per-layer")
     assert "cache=" not in per_layer  # the graph every generate key has always meant
-    assert candidate_model_key(heterogeneous, target, "generate") == per_layer.replace(
-        ":graph=", ":cache=uniform:graph=")
-    assert candidate_model_key(heterogeneous, target, "generate", cache_layout="uniform") == \
-        candidate_model_key(heterogeneous, target, "generate")
+    assert key(heterogeneous) == per_layer.replace(":graph=", ":cache=uniform:graph=")
+    assert key(heterogeneous, layout="uniform") == key(heterogeneous)
     for layout in (None, "uniform", "per-layer"):
-        assert "cache=" not in candidate_model_key(equal, target, "generate", cache_layout=layout)
-        assert "cache=" not in candidate_model_key(heterogeneous, target, cache_layout=layout)  # forward
+        assert "cache=" not in key(equal, layout=layout)
+        assert "cache=" not in key(heterogeneous, "forward", layout)  # forward
 
 
 def test_an_unknown_layout_is_a_one_line_error():
     arch = ARCHS["gpt2"]
-    for call in (lambda: export_model(arch, variant="generate", cache_layout="packed"),
-                 lambda: candidate_model_key(arch, target_for(None), "generate", cache_layout="packed")):
+    for call in (lambda: export_model(arch, ExportOptions(variant="generate", cache_layout="packed")),
+                 lambda: ExportOptions(variant="generate", cache_layout="packed").model_key(arch)):
         with pytest.raises(LtsedgeError, match=r"cache layout 'packed' is unknown \(layouts: per-layer, uniform\)"):
             call()
 
@@ -203,7 +206,7 @@ def test_a_layer_whose_heads_divide_h_reads_the_cached_values_without_a_copy():
     import onnx
 
     arch = ARCHS["gpt2"]  # 2, 8, 4 heads; H = 8
-    proto = onnx.load_from_string(export_model(arch, variant="generate").to_bytes())
+    proto = onnx.load_from_string(export_model(arch, ExportOptions(variant="generate")).to_bytes())
     for i in range(3):
         readers = {kind: [n.op_type for n in proto.graph.node if f"present.{i}.{kind}" in n.input]
                    for kind in ("key", "value")}

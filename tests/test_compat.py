@@ -15,6 +15,7 @@ import pytest
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.ortcompat import (
     OLDEST_ORT,
     ORT_RELEASES,
@@ -51,7 +52,7 @@ def test_impossible_targets_are_clear_errors(version, message):
 
 
 def test_exported_model_carries_the_promised_versions():
-    exported = export_model(tiny_arch(d_embed=32, div_val=2), target_ort="1.20")
+    exported = export_model(tiny_arch(d_embed=32, div_val=2), ExportOptions(target_ort="1.20"))
     proto = onnx.load_from_string(exported.to_bytes())
     expected = target_for("1.20")
     assert proto.ir_version == expected.ir_version and proto.opset_import[0].version == expected.opset
@@ -79,7 +80,7 @@ def test_default_target_is_the_oldest_supported_runtime_not_the_local_one(tmp_pa
     expected = tuple(min(a, b) for a, b in zip(ORT_RELEASES[1, 20], writer_limits()))  # (21, 10)
     assert (target_for(None).opset, target_for(None).ir_version, target_for(None).runtime) == (*expected, "1.20")
     for variant in ("forward", "generate"):
-        proto = onnx.load_from_string(export_model(tiny_arch(), variant=variant).to_bytes())
+        proto = onnx.load_from_string(export_model(tiny_arch(), ExportOptions(variant=variant)).to_bytes())
         assert (proto.opset_import[0].version, proto.ir_version) == expected
         assert read_metadata(proto)["target_ort"] == "1.20"
         ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])  # and the local one
@@ -95,7 +96,7 @@ def test_model_for_an_older_runtime_loads_and_runs_in_it(tmp_path):
                            capture_output=True, text=True, check=True)
     old_version = probe.stdout.strip()
     path = tmp_path / "m.onnx"
-    export_model(tiny_arch(d_embed=32, div_val=2), target_ort=old_version).save(path)
+    export_model(tiny_arch(d_embed=32, div_val=2), ExportOptions(target_ort=old_version)).save(path)
     code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1], "
             "providers=['CPUExecutionProvider']); (y,) = s.run(None, {'input_ids': np.zeros((1, 5), np.int64)});"
             "print(y.shape)")
@@ -111,7 +112,7 @@ def test_model_for_an_older_runtime_loads_and_runs_in_it(tmp_path):
     # ... and the local runtime's newest stamp is refused there when it is newer: why it is not the default
     if local_target().ir_version > target_for(old_version).ir_version:
         newest = tmp_path / "newest.onnx"
-        export_model(tiny_arch(), target_ort=local_target().runtime).save(newest)
+        export_model(tiny_arch(), ExportOptions(target_ort=local_target().runtime)).save(newest)
         refused = subprocess.run([OLD_PYTHON, "-c", code, str(newest)], capture_output=True, text=True)
         assert refused.returncode != 0 and ("IR version" in refused.stderr or "opset" in refused.stderr)
 
@@ -145,7 +146,7 @@ def test_a_default_bundle_generates_the_same_tokens_in_the_oldest_supported_runt
     torch.manual_seed(3)  # the random initial weights scaled up: unscaled, a model predicts one token over again
     state = {k: v * 8 for k, v in get_backbone(arch.backbone).build_model(arch).state_dict().items()}
     path = tmp_path / "model.onnx"
-    export_model(arch, variant="generate", weights=state).save(path)
+    export_model(arch, ExportOptions(variant="generate"), weights=state).save(path)
     prompt = np.array([[5, 17, 99, 3]], np.int64)
     here = greedy(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), prompt, 12).tokens
     assert len(set(here[0].tolist())) > 1  # tokens that vary, or the comparison proves little

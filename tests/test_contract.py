@@ -33,10 +33,9 @@ from ltsedge.backbones import backbone_names, get_backbone, register, unregister
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata, weight_seed
 from ltsedge.exporters.bundle import write_bundle
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from ltsedge.iospec import ExportSpec
-from ltsedge.keys import candidate_model_key
-from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
 from tests.helpers import counted_by_torch, genai_greedy, graph_digest
@@ -226,7 +225,7 @@ def test_forward_equals_pytorch(name, kind, backbone):
     arch = arch_of(backbone, kind)
     model = randomized(backbone, arch)
     for target in (None, OLDEST_TARGET):
-        exported = export_model(arch, variant="forward", weights=model.state_dict(), target_ort=target)
+        exported = export_model(arch, ExportOptions(variant="forward", target_ort=target), weights=model.state_dict())
         assert declared(exported) == backbone.export_spec(arch, "forward")
         session = session_of(exported)
         rng = np.random.default_rng(0)
@@ -242,10 +241,10 @@ def test_generate_equals_pytorch_and_cached_greedy_equals_uncached(name, kind, b
     arch = arch_of(backbone, kind)
     if "generate" not in backbone.variants:
         with pytest.raises(LtsedgeError, match="no export variant 'generate'"):
-            export_model(arch, variant="generate")
+            export_model(arch, ExportOptions(variant="generate"))
         pytest.skip(f"backbone {name} declares no generate variant")
     model = randomized(backbone, arch, seed=1)
-    exported = export_model(arch, variant="generate", weights=model.state_dict())
+    exported = export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict())
     spec = declared(exported)
     assert spec == backbone.export_spec(arch, "generate", **({"cache_layout": exported.cache_layout}
                                                             if backbone.kv_cache else {}))
@@ -273,7 +272,7 @@ def test_the_exports_own_shared_weights_are_the_reference_models(name, kind, bac
     model = backbone.build_model(arch, seed=weight_seed(arch), shared_weights=True)
     ids = np.random.default_rng(4).integers(0, arch.vocab_size, (2, 9))
     for variant in backbone.variants:
-        exported = export_model(arch, variant=variant)
+        exported = export_model(arch, ExportOptions(variant=variant))
         session = ort.InferenceSession(exported.to_bytes(), providers=CPU)
         logits = prefill_logits(session, declared(exported), ids)
         assert np.abs(logits - reference_logits(model, ids)).max() <= TOL, variant
@@ -285,7 +284,7 @@ def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, 
         pytest.skip(f"backbone {name} declares no generate variant: it has no bundle")
     arch = arch_of(backbone, kind)
     model = randomized(backbone, arch, seed=7)
-    files = write_bundle(export_model(arch, variant="generate", weights=model.state_dict()), tmp_path)
+    files = write_bundle(export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict()), tmp_path)
     assert ("genai_config.json" in files) == backbone.genai_compatible
     if not backbone.genai_compatible:
         pytest.skip(f"backbone {name} declares no onnxruntime-genai support (genai_compatible)")
@@ -341,8 +340,9 @@ def test_exported_bytes_are_pinned(name, kind, variant, backbone):
     if variant not in backbone.variants:
         pytest.skip(f"backbone {name} declares no {variant} variant")
     arch = arch_of(backbone, kind)
-    digest = graph_digest(export_model(arch, variant=variant).to_bytes())
-    key = candidate_model_key(arch, target_for(None), variant)
+    options = ExportOptions(variant=variant)
+    digest = graph_digest(export_model(arch, options).to_bytes())
+    key = options.model_key(arch)
     assert (name, kind, variant) in PINS, f"no pin: add ({name!r}, {kind!r}, {variant!r}): {digest!r}  # {key}"
     assert backbone.graph_version == PINNED_GRAPH_VERSION[name], "graph_version bumped: update the pins"
     assert digest == PINS[name, kind, variant], (

@@ -17,7 +17,8 @@ from ltsedge.costmodel.fit import RelativeLinearFit
 from ltsedge.costmodel.samples import load_samples, remember
 from ltsedge.devices import load_profile
 from ltsedge.exporters import architecture_of
-from ltsedge.keys import candidate_model_key, measurement_key
+from ltsedge.exporters.options import ExportOptions
+from ltsedge.keys import measurement_key
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
@@ -116,7 +117,7 @@ def fake_figures(arch: Architecture, profile=PROFILE, noise: float = 0.0, seed: 
 
 
 def put_sample(store, arch, fingerprint, profile=PROFILE):
-    key = measurement_key(candidate_model_key(arch, target_for(None), "generate"), fingerprint, profile,
+    key = measurement_key(ExportOptions(variant="generate").model_key(arch), fingerprint, profile,
                           variant="generate")
     store.put(*key, fake_figures(arch, profile).to_dict(), fingerprint=fingerprint, settings={})
     remember(store, arch, key[0])

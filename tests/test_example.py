@@ -51,3 +51,16 @@ def test_search_pick_train_export_generate(tmp_path):
             ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], 1)
     assert got.tokens[0].tolist() == ids[0, 4:].tolist()
 
+    # The held-out comparison: fp32's perplexity is the PyTorch model's on the same windows; int8 and
+    # int4 are compared with it (their figures are the quantizers', only their presence is asserted).
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.startswith("  ")}
+    assert set(rows) == {"fp32", "int8", "int4"} and rows["fp32"][-1] == "100.0%"
+    text = corpus.read_bytes()
+    seq = min(32, arch.n_positions - 1)
+    held = np.frombuffer(text[len(text) - max(len(text) // 10, seq + 2):], dtype=np.uint8).astype(np.int64)
+    windows = torch.from_numpy(np.stack([held[i:i + seq + 1] for i in range(0, len(held) - seq - 1, seq)]))
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(windows[:, :-1]).double(), -1)
+    nll = -log_probs.gather(-1, windows[:, 1:, None]).mean().item()
+    assert abs(float(rows["fp32"][1]) / np.exp(nll) - 1) < 1e-3
+

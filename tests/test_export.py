@@ -15,6 +15,7 @@ import ltsedge
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of, export_model, read_metadata, weight_seed
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.ortcompat import OLDEST_ORT, target_for
 from ltsedge.proxy import count_params
 from tests.conftest import random_tiny_archs, tiny_arch
@@ -139,7 +140,7 @@ def test_external_data_file_loads_and_equals_the_inline_model(tmp_path):
     from ltsedge.wire import EXTERNAL_ALIGNMENT, weights_mb
 
     arch = tiny_arch(d_embed=32, div_val=2)
-    exported = export_model(arch, variant="generate")
+    exported = export_model(arch, ExportOptions(variant="generate"))
     files = exported.save_files(tmp_path / "model.onnx", external_data=True)
     assert set(files) == {"model.onnx", "model.onnx.data"}
     data = tmp_path / "model.onnx.data"
@@ -167,10 +168,10 @@ def test_a_model_over_protobufs_limit_goes_to_external_data_by_itself(tmp_path, 
     from ltsedge.generation import greedy
 
     arch = tiny_arch()
-    inline = export_model(arch, variant="generate")
+    inline = export_model(arch, ExportOptions(variant="generate"))
     inline_bytes = inline.to_bytes()
     monkeypatch.setattr(exporters, "PROTOBUF_LIMIT", inline.nbytes // 2)
-    exported = export_model(arch, variant="generate")
+    exported = export_model(arch, ExportOptions(variant="generate"))
     assert exported.needs_external_data()
     with pytest.raises(LtsedgeError, match="over protobuf's 2 GB"):
         exported.to_bytes()

@@ -9,6 +9,7 @@ import pytest
 
 from ltsedge.architecture import Architecture
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from tests.conftest import random_tiny_archs
 from tests.helpers import exported, prompts, reference_greedy
@@ -52,7 +53,7 @@ def test_left_padding_does_not_change_a_prompts_continuation():
 
 def test_the_declared_cache_has_per_layer_heads():
     arch = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128] * 3, vocab_size=100, n_positions=32)
-    spec = export_model(arch, variant="generate", cache_layout="per-layer").spec
+    spec = export_model(arch, ExportOptions(variant="generate", cache_layout="per-layer")).spec
     past = {t.name: t.dims for t in spec.input("past")}
     assert past["past_key_values.0.key"] == ("batch", 2, "past_sequence", 32)
     assert past["past_key_values.1.value"] == ("batch", 8, "past_sequence", 8)

@@ -15,6 +15,7 @@ from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.weights import load_state_dict
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
@@ -107,7 +108,7 @@ def randomized(arch: Architecture, seed: int = 0):
 
 
 def session_of(arch, model, variant="forward") -> ort.InferenceSession:
-    exported = export_model(arch, variant=variant, weights=model.state_dict())
+    exported = export_model(arch, ExportOptions(variant=variant), weights=model.state_dict())
     onnx.checker.check_model(onnx.load_from_string(exported.to_bytes()), full_check=True)
     return ort.InferenceSession(exported.to_bytes(), providers=CPU)
 
@@ -152,7 +153,7 @@ def test_the_pytorch_cache_gives_the_prefills_logits():
 def test_an_ffn_only_layer_has_no_attention_nodes_and_no_cache():
     arch = PAR_ARCH  # layers 0 and 2 FFN-only
     for variant in ("forward", "generate"):
-        proto = onnx.load_from_string(export_model(arch, variant=variant).to_bytes())
+        proto = onnx.load_from_string(export_model(arch, ExportOptions(variant=variant)).to_bytes())
         assert sum(n.op_type == "Softmax" for n in proto.graph.node) == 2
         weights = {t.name for t in proto.graph.initializer}
         assert not any(w.startswith(("decoder.layers.0.self_attn", "decoder.layers.2.self_attn")) for w in weights)

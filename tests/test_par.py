@@ -17,6 +17,7 @@ from ltsedge.backbones import get_backbone
 from ltsedge.backbones.kv_cache import cache_layers
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from ltsedge.proxy import count_params
 from tests.helpers import exported, randomize
@@ -63,8 +64,8 @@ def test_absent_sub_blocks_have_no_parameters_and_standard_names_stay():
 @pytest.mark.parametrize("variant", ["forward", "generate"])
 def test_an_ffn_layer_has_no_attention_nodes_weights_or_cache(variant):
     arch = MIXES[1]  # ffn, attn_ffn, attn
-    layout = {"cache_layout": "per-layer"} if variant == "generate" else {}
-    proto = onnx.load_from_string(export_model(arch, variant=variant, **layout).to_bytes())
+    options = ExportOptions(variant=variant, cache_layout="per-layer" if variant == "generate" else None)
+    proto = onnx.load_from_string(export_model(arch, options).to_bytes())
     assert sum(n.op_type == "Softmax" for n in proto.graph.node) == len(arch.attention_layers) == 2
     names = initializers(proto)
     assert not any(n.startswith(("h.0.attn.", "h.0.ln_1.")) for n in names)
@@ -80,7 +81,7 @@ def test_an_ffn_layer_has_no_attention_nodes_weights_or_cache(variant):
 
 
 def test_a_model_without_attention_has_no_cache_and_still_generates():
-    proto = onnx.load_from_string(export_model(ALL_FFN, variant="generate").to_bytes())
+    proto = onnx.load_from_string(export_model(ALL_FFN, ExportOptions(variant="generate")).to_bytes())
     assert [i.name for i in proto.graph.input] == ["input_ids", "attention_mask", "position_ids"]
     assert [o.name for o in proto.graph.output] == ["logits"]
     assert not any(n.op_type == "Softmax" for n in proto.graph.node)

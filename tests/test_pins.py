@@ -14,8 +14,7 @@ import pytest
 
 from ltsedge.architecture import Architecture
 from ltsedge.exporters import export_model
-from ltsedge.keys import candidate_model_key
-from ltsedge.ortcompat import target_for
+from ltsedge.exporters.options import ExportOptions
 from tests.helpers import graph_digest
 
 ARCHS = {
@@ -59,15 +58,16 @@ DEFAULT_TARGET = "1.20"
 def test_default_export_is_the_oldest_supported_runtimes_pinned_export(name):
     digest, key = PINS[name, DEFAULT_TARGET]
     assert graph_digest(export_model(ARCHS[name]).to_bytes()) == digest
-    assert candidate_model_key(ARCHS[name], target_for(None)) == key
+    assert ExportOptions().model_key(ARCHS[name]) == key
 
 
 @pytest.mark.parametrize("name,target", sorted(PINS), ids=lambda v: str(v))
 def test_exported_graph_and_store_key_are_pinned(name, target):
     arch = ARCHS[name]
     digest, key = PINS[name, target]
-    assert graph_digest(export_model(arch, target_ort=target).to_bytes()) == digest
-    assert candidate_model_key(arch, target_for(target)) == key
+    options = ExportOptions(target_ort=target)
+    assert graph_digest(export_model(arch, options).to_bytes()) == digest
+    assert options.model_key(arch) == key
 
 
 # The generate variant, pinned when the KV-cache layout became an export option (backbones.kv_cache):
@@ -110,6 +110,6 @@ def test_generate_graph_and_key_are_pinned_where_the_cache_layout_changes_nothin
     digest, key = GENERATE_PINS[name, target]
     layouts = ["per-layer"] if name == "gpt2-per-layer" else [None, "per-layer", "uniform"]  # None: the default
     for layout in layouts:
-        exported = export_model(arch, target_ort=target, variant="generate", cache_layout=layout)
-        assert graph_digest(exported.to_bytes()) == digest
-        assert candidate_model_key(arch, target_for(target), "generate", cache_layout=layout) == key
+        options = ExportOptions(variant="generate", target_ort=target, cache_layout=layout)
+        assert graph_digest(export_model(arch, options).to_bytes()) == digest
+        assert options.model_key(arch) == key

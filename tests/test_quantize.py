@@ -26,10 +26,9 @@ from ltsedge.check.run import run_check
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters.bundle import export_to_path
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import QuantOptions, precision_of
 from ltsedge.generation import greedy
-from ltsedge.keys import candidate_model_key
-from ltsedge.ortcompat import target_for
 from tests.helpers import fake_fingerprint, genai_greedy, max_diff, meas, randomize, run_ltsedge as run
 
 CPU = ["CPUExecutionProvider"]
@@ -74,7 +73,7 @@ def test_matmul_form_equals_pytorch_like_the_gemm_form(arch):
 
 
 def test_fp32_is_the_gemm_export_unchanged():
-    default, fp32 = export_model(SMALL), export_model(SMALL, precision="fp32")
+    default, fp32 = export_model(SMALL), export_model(SMALL, ExportOptions(precision="fp32"))
     assert default.to_bytes() == fp32.to_bytes()
     assert "Gemm" in ops(fp32) and "precision" not in read_metadata(fp32.proto)
 
@@ -86,8 +85,8 @@ def test_fp32_is_the_gemm_export_unchanged():
                                                      ("int4", {"MatMulNBits"}, 4)])
 @pytest.mark.parametrize("variant", ["forward", "generate"])
 def test_quantized_exports_load_run_and_hold_their_operators(precision, expected, bits, variant):
-    fp32 = export_model(SMALL, variant=variant)
-    quantized = export_model(SMALL, variant=variant, precision=precision)
+    fp32 = export_model(SMALL, ExportOptions(variant=variant))
+    quantized = export_model(SMALL, ExportOptions(variant=variant, precision=precision))
     found = ops(quantized)
     assert expected <= found and "Gemm" not in found
     assert "MatMul" in found  # attention's activation x activation products stay fp32
@@ -114,7 +113,7 @@ def test_quantized_exports_load_run_and_hold_their_operators(precision, expected
 def test_kv_cache_path_equals_the_models_own_uncached_path(precision, trained):
     """Prefill then decode with past_key_values gives the tokens (and nearly the logits) of running the
     same quantized file on the whole sequence each step, its cache empty."""
-    exported = export_model(SMALL, variant="generate", precision=precision, weights=trained.state_dict())
+    exported = export_model(SMALL, ExportOptions(variant="generate", precision=precision), weights=trained.state_dict())
     s = session(exported)
     prompt = np.array([list(b"the cat ")])
     cached = greedy(s, prompt, 8)
@@ -171,7 +170,7 @@ def trained():
 
 def test_quantized_next_token_agrees_with_fp32_on_a_trained_model(trained):
     ids = np.array([list(HELD_OUT[:SMALL.n_positions])])
-    logits = {p: session(export_model(SMALL, precision=p, weights=trained.state_dict())).run(["logits"],
+    logits = {p: session(export_model(SMALL, ExportOptions(precision=p), weights=trained.state_dict())).run(["logits"],
                                                                                             {"input_ids": ids})[0]
               for p in ("fp32", "int8", "int4")}
     top1 = {p: v[0, :-1].argmax(-1) for p, v in logits.items()}
@@ -190,7 +189,8 @@ def test_onnxruntime_genai_generates_an_int4_bundles_greedy_tokens(tmp_path, tra
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     weights = tmp_path / "w.pt"
     torch.save(trained.state_dict(), weights)
-    exported, _ = export_to_path(SMALL, tmp_path / "b", variant="generate", weights=weights, precision="int4")
+    exported, _ = export_to_path(SMALL, tmp_path / "b", ExportOptions(variant="generate", precision="int4"),
+                                 weights=weights)
     config = json.loads((tmp_path / "b" / "config.json").read_text())
     assert config["ltsedge"]["precision"] == "int4" and config["ltsedge"]["quantization"]["block_size"] == 32
     prompt = list(b"the cat ")
@@ -206,21 +206,24 @@ def test_onnxruntime_genai_generates_an_int4_bundles_greedy_tokens(tmp_path, tra
 # ---------------------------------------------------------------------------------------------
 def test_store_key_names_the_precision_and_fp32_keys_are_unchanged():
     arch = Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=512, n_positions=64)
-    target = target_for("1.20")
-    fp32 = candidate_model_key(arch, target)
-    assert fp32 == candidate_model_key(arch, target, precision="fp32") == \
+    def key(precision="fp32", quantization=None):
+        return ExportOptions(target_ort="1.20", precision=precision, quantization=quantization).model_key(arch)
+
+    fp32 = key()
+    assert fp32 == key("fp32") == ExportOptions().model_key(arch) == \
         "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:weights=shared-v1"  # tests/test_pins.py's pin
-    int8, int4 = (candidate_model_key(arch, target, precision=p) for p in ("int8", "int4"))
+    int8, int4 = key("int8"), key("int4")
     assert len({fp32, int8, int4}) == 3
     assert int4 == "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:precision=int4:weights=shared-v1"
-    assert candidate_model_key(arch, target, precision="int4", quantization=QuantOptions()) == int4
-    other = candidate_model_key(arch, target, precision="int4", quantization=QuantOptions(block_size=64))
+    assert key("int4", QuantOptions()) == int4
+    other = key("int4", QuantOptions(block_size=64))
     assert other not in (int4, fp32) and "block_size64" in other
 
 
 def test_quantization_options_change_the_file():
-    default = export_model(SMALL, precision="int4")
-    coarse = export_model(SMALL, precision="int4", quantization=QuantOptions(block_size=64, symmetric=False))
+    default = export_model(SMALL, ExportOptions(precision="int4"))
+    coarse = export_model(SMALL, ExportOptions(precision="int4",
+                                               quantization=QuantOptions(block_size=64, symmetric=False)))
     blocks = {a.i for n in coarse.proto.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
               if a.name == "block_size"}
     assert blocks == {64} and default.to_bytes() != coarse.to_bytes()
@@ -246,7 +249,7 @@ def test_export_cli_writes_the_precision_and_check_reports_it(tmp_path, arch_fil
     assert proc.returncode == 0, proc.stderr
     assert "int4" in proc.stdout
     export_model(SMALL).save(tmp_path / "f.onnx")
-    export_model(SMALL, precision="int8").save(tmp_path / "q.onnx")
+    export_model(SMALL, ExportOptions(precision="int8")).save(tmp_path / "q.onnx")
     profile = load_profile("cpu")
     models = [tmp_path / "m.onnx", tmp_path / "f.onnx", tmp_path / "q.onnx"]
     report = run_check(models, profile, budgets={"max_latency_ms": 1e6}, log=lambda _: None,
@@ -261,11 +264,12 @@ def test_export_cli_writes_the_precision_and_check_reports_it(tmp_path, arch_fil
 def test_fp16_for_a_cuda_provider_holds_fp16_weights_behind_fp32_inputs_and_outputs():
     """fp16 is refused on CPU (above); for a CUDA provider the export converts (this machine has no GPU to
     time it on: only its form is checked here)."""
-    fp16 = export_model(SMALL, variant="generate", precision="fp16", execution_provider="CUDAExecutionProvider")
+    fp16 = export_model(SMALL, ExportOptions(variant="generate", precision="fp16"),
+                        execution_provider="CUDAExecutionProvider")
     proto = onnx.load_from_string(fp16.to_bytes())
     assert precision_of(proto)["precision"] == "fp16" and read_metadata(proto)["precision"] == "fp16"
     assert {o.type.tensor_type.elem_type for o in proto.graph.output} == {onnx.TensorProto.FLOAT}
-    assert fp16.nbytes < 0.6 * export_model(SMALL, variant="generate").nbytes
+    assert fp16.nbytes < 0.6 * export_model(SMALL, ExportOptions(variant="generate")).nbytes
 
 
 @pytest.mark.slow

@@ -58,12 +58,13 @@ def test_a_raced_model_times_its_objective_in_full_and_its_other_workload_coarse
     objective keeps the profile's policy; without a race (profile, publishing) every workload is full."""
     from ltsedge.devices import load_profile
     from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
     from ltsedge.runners import Runner
     from ltsedge.runners.measurement import complete
     from ltsedge.runners.racing import SECONDARY_MAX_RUNS
 
     path = tmp_path / "m.onnx"
-    export_model(tiny_arch(), variant="generate").save(path)
+    export_model(tiny_arch(), ExportOptions(variant="generate")).save(path)
     profile = load_profile("cpu").replace(sequence=16, context=16, min_runs=12, max_runs=20, tolerance=0.005,
                                           max_seconds=20.0, warmup=1)
     race = Race("decode", 1, (), 0.02)  # an empty front: nothing to race out against

@@ -18,6 +18,7 @@ import torch
 
 from ltsedge.architecture import Architecture
 from ltsedge.exporters.bundle import export_to_path
+from ltsedge.exporters.options import ExportOptions
 from tests.helpers import trained_like_weights
 
 optimum_ort = pytest.importorskip("optimum.onnxruntime", reason="Optimum (optimum[onnxruntime]) is not installed")
@@ -66,7 +67,8 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     arch, family, caches = ARCHS[name]
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
     trained_like_weights(arch, weights)
-    export_to_path(arch, bundle, variant="generate", weights=weights)  # what `ltsedge export` does, defaults
+    # what `ltsedge export` does, defaults
+    export_to_path(arch, bundle, ExportOptions(variant="generate"), weights=weights)
     config = json.loads((bundle / "config.json").read_text())
     assert config["model_type"] == family
     read = AutoConfig.from_pretrained(bundle)  # transformers' own reading of the field names

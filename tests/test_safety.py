@@ -21,10 +21,11 @@ TOKENIZER = {"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": [
              "added_tokens": [{"id": 499, "content": "<|endoftext|>", "special": True}]}
 
 
-def export(output, **kwargs):
+def export(output, variant="forward", **kwargs):
     from ltsedge.exporters.bundle import export_to_path
+    from ltsedge.exporters.options import ExportOptions
 
-    return export_to_path(tiny_arch(), output, **kwargs)
+    return export_to_path(tiny_arch(), output, ExportOptions(variant=variant), **kwargs)
 
 
 def tokenizer_dir(tmp_path, tokenizer=TOKENIZER):

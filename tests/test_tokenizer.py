@@ -10,6 +10,7 @@ import json
 import pytest
 
 from ltsedge.exporters.bundle import export_to_path
+from ltsedge.exporters.options import ExportOptions
 from tests.conftest import TINY_VOCAB, tiny_arch
 from tests.helpers import one_line_exit_2, run_ltsedge
 
@@ -46,7 +47,7 @@ def reference(path):
 def test_a_bundle_with_only_tokenizer_json_loads_in_genai_and_transformers(tmp_path, trained):
     og = pytest.importorskip("onnxruntime_genai")
     bundle = tmp_path / "b"
-    _, files = export_to_path(tiny_arch(), bundle, variant="generate", tokenizer=trained)
+    _, files = export_to_path(tiny_arch(), bundle, ExportOptions(variant="generate"), tokenizer=trained)
     assert files.generated == (str(bundle / "tokenizer_config.json"), str(bundle / "special_tokens_map.json"))
     config = json.loads((bundle / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["model_max_length"] == 64
@@ -113,6 +114,6 @@ def test_a_tokenizer_that_fits_exactly_is_accepted(tmp_path):
     tokenizer.parent.mkdir()
     tokenizer.write_text(json.dumps({**HUGE_ADDED, "added_tokens": [{**HUGE_ADDED["added_tokens"][0],
                                                                      "id": TINY_VOCAB - 1}]}))
-    _, files = export_to_path(tiny_arch(), tmp_path / "b", variant="generate", tokenizer=tokenizer)
+    _, files = export_to_path(tiny_arch(), tmp_path / "b", ExportOptions(variant="generate"), tokenizer=tokenizer)
     assert str(tmp_path / "b" / "tokenizer.json") in files
     assert json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"

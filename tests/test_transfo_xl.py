@@ -20,6 +20,7 @@ from ltsedge.backbones.transfo_xl.model import TransfoXL, causal_mask, rel_shift
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from ltsedge.profiling import profile_model
 from ltsedge.proxy import count_params
@@ -106,7 +107,8 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 def exported(arch: Architecture, variant: str, seed: int = 0, target_ort: str | None = None):
     model = randomize(BACKBONE.build_model(arch), seed)
-    exported_model = export_model(arch, variant=variant, weights=model.state_dict(), target_ort=target_ort)
+    exported_model = export_model(arch, ExportOptions(variant=variant, target_ort=target_ort),
+                                  weights=model.state_dict())
     onnx.checker.check_model(onnx.load_from_string(exported_model.to_bytes()), full_check=True)
     return ort.InferenceSession(exported_model.to_bytes(), providers=CPU), model
 
@@ -142,7 +144,7 @@ def test_an_ffn_only_layer_has_no_attention_and_no_memory():
     model = BACKBONE.empty_model(arch)
     assert model.layers[0].dec_attn is None and model.layers[1].dec_attn is not None
     for variant in ("forward", "generate"):
-        proto = onnx.load_from_string(export_model(arch, variant=variant).to_bytes())
+        proto = onnx.load_from_string(export_model(arch, ExportOptions(variant=variant)).to_bytes())
         assert [n.op_type for n in proto.graph.node].count("Softmax") == 1
         names = {t.name for t in proto.graph.initializer}
         assert not any(n.startswith(("layers.0.dec_attn", "layers.2.dec_attn")) for n in names)

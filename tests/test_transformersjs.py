@@ -26,6 +26,7 @@ from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import export_to_path, write_bundle
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.weights import load_state_dict
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "generate.mjs"
@@ -75,10 +76,10 @@ def make_bundle(tmp_path, name, tokenizer=None) -> Path:
     model = get_backbone(model_arch.backbone).build_model(model_arch, seed=1)
     torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
     if layout is None:
-        export_to_path(model_arch, bundle, variant="generate", weights=weights, tokenizer=tokenizer)
+        export_to_path(model_arch, bundle, ExportOptions(variant="generate"), weights=weights, tokenizer=tokenizer)
     else:  # no CLI option for the layout (yet): the API's
-        write_bundle(export_model(model_arch, variant="generate", weights=load_state_dict(weights),
-                                  cache_layout=layout), bundle)
+        write_bundle(export_model(model_arch, ExportOptions(variant="generate", cache_layout=layout),
+                                  weights=load_state_dict(weights)), bundle)
     return bundle
 
 

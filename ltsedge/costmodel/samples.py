@@ -12,7 +12,8 @@ from __future__ import annotations
 from ltsedge.architecture import Architecture
 from ltsedge.costmodel.model import CostModel
 from ltsedge.errors import LtsedgeError
-from ltsedge.keys import candidate_model_key, measurement_key
+from ltsedge.exporters.options import ExportOptions
+from ltsedge.keys import measurement_key
 
 
 def export_settings(model_key: str) -> str:
@@ -33,9 +34,10 @@ def remember(store, arch: Architecture, model_key: str) -> None:
 def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
                  precision: str = "fp32") -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
-    export target, variant and precision, machine, settings, onnxruntime)."""
-    key = measurement_key(candidate_model_key(like, target, variant, precision), fingerprint, profile,
-                          variant=variant)
+    export target, variant and precision, machine, settings, onnxruntime): the candidates a search
+    exports with ``ExportOptions(variant, target.runtime, precision)``, keyed by it."""
+    options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision)
+    key = measurement_key(options.model_key(like), fingerprint, profile, variant=variant)
     samples = []
     for arch, measurement in store.measured_architectures(*key[1:], export_settings(key[0])):
         try:

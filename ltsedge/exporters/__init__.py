@@ -1,10 +1,11 @@
 """Architecture -> ONNX: the reference PyTorch model's weights, laid out as a deployable ONNX file.
 
-``export_model`` is the one entry point; it asks the architecture's backbone for the reference
-model (random weights seeded from the architecture id, so exporting the same architecture twice
-gives the same bytes), the declared inputs and outputs of the variant (``ltsedge.iospec``) and the
-graph. Every file carries its architecture, id, proxy score, variant, I/O spec, opset/IR and the
-ltsedge version in ``metadata_props``.
+``export_model`` is the one entry point, taking one ``ExportOptions`` (``exporters.options``: variant,
+target runtime, precision, cache layout, external data; all of it in the store key); it asks the
+architecture's backbone for the reference model (random weights seeded from the architecture id, so
+exporting the same architecture twice gives the same bytes), the declared inputs and outputs of the
+variant (``ltsedge.iospec``) and the graph. Every file carries its architecture, id, proxy score,
+variant, I/O spec, opset/IR, precision and the ltsedge version in ``metadata_props``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, check_cache_layout, declared_cache_layout
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.quantize import DEFAULT_PRECISION, QuantOptions, check_precision, quantize_model
+from ltsedge.exporters.options import ExportOptions
+from ltsedge.exporters.quantize import DEFAULT_PRECISION, check_precision, quantize_model
 from ltsedge.extras import require
 from ltsedge.iospec import ExportSpec
-from ltsedge.keys import DEFAULT_VARIANT
-from ltsedge.ortcompat import OnnxTarget, target_for
+from ltsedge.ortcompat import OnnxTarget
 from ltsedge.proxy import count_params
 from ltsedge.wire import serialized_parts
 
@@ -46,6 +47,7 @@ class ExportedModel:
     proto: onnx.ModelProto  # everything but the weights
     weights: list  # (initializer name, array), in file order
     precision: str = "fp32"  # fp32 | fp16 | int8 | int4 (ltsedge.exporters.quantize)
+    options: ExportOptions | None = None  # what it was exported with (None: a model made by hand)
 
     @property
     def nbytes(self) -> int:
@@ -65,6 +67,13 @@ class ExportedModel:
     def needs_external_data(self) -> bool:
         return self.nbytes > PROTOBUF_LIMIT
 
+    def external(self, external_data: bool | None = None) -> bool:
+        """Are its weights written to a data file beside it? ``external_data`` when given, else its
+        options' ``external_data``, else only when over protobuf's 2 GB."""
+        if external_data is None and self.options is not None:
+            external_data = self.options.external_data
+        return self.needs_external_data() if external_data is None else external_data
+
     def to_bytes(self) -> bytes:
         if self.needs_external_data():
             raise LtsedgeError(f"{self.arch.id} is {self.nbytes / 2**30:.2f} GiB: over protobuf's 2 GB, it can only "
@@ -75,7 +84,8 @@ class ExportedModel:
         """Write the model (atomically: never a half-written file under its final name); return the
         sha256 of the model file, from the very bytes written (``digest=False`` skips it for scratch files).
 
-        ``external_data``: weights in ``<file>.data`` beside it (None: only when over protobuf's 2 GB).
+        ``external_data``: weights in ``<file>.data`` beside it (None: as its options say, else only when
+        over protobuf's 2 GB).
         """
         return self.save_files(path, digest=digest, external_data=external_data).get(Path(path).name)
 
@@ -89,7 +99,7 @@ class ExportedModel:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LtsedgeError(f"cannot create {path.parent}: {e.strerror or e}") from None
-        external = self.needs_external_data() if external_data is None else external_data
+        external = self.external(external_data)
         data_name = f"{path.name}.data"
         model_parts, data_parts = serialized_parts(self.proto, self.weights, data_name if external else None)
         written = {}
@@ -119,30 +129,33 @@ def weight_seed(arch: Architecture) -> int:
     return int(hashlib.sha256(arch.id.encode()).hexdigest()[:8], 16)
 
 
-def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int | None = None,
-                 shared_weights: bool = True, variant: str = DEFAULT_VARIANT, weights=None,
-                 weights_source: str = "weights", precision: str = DEFAULT_PRECISION,
-                 quantization: QuantOptions | None = None,
-                 execution_provider: str = "CPUExecutionProvider", cache_layout: str | None = None) -> ExportedModel:
-    """The reference PyTorch model as an ONNX model (nothing written yet), stamped with the opset and IR
-    version ``target_ort`` loads (default: the oldest onnxruntime ltsedge supports, ``ortcompat.OLDEST_ORT``).
+def export_model(arch: Architecture, options: ExportOptions | None = None, *, weights=None, seed: int | None = None,
+                 shared_weights: bool = True, weights_source: str = "weights",
+                 execution_provider: str = "CPUExecutionProvider") -> ExportedModel:
+    """The reference PyTorch model as an ONNX model (nothing written yet), exported as ``options`` say
+    (``exporters.options.ExportOptions``; None: the defaults, the forward variant in fp32): stamped with
+    the opset and IR version ``options.target_ort`` loads (default: the oldest onnxruntime ltsedge
+    supports, ``ortcompat.OLDEST_ORT``); a precision other than fp32 quantized with onnxruntime's tools
+    (``exporters.quantize``, with ``options.quantization``); a KV-cache generate variant's cache laid out
+    as ``options.cache_layout`` says (``backbones.kv_cache``; nothing to lay out elsewhere). The model
+    keeps ``options``: its files are written as its ``external_data`` says.
 
     Random weights unless ``weights`` (a ``state_dict`` of the reference model, e.g. from
-    ``exporters.weights.load_state_dict``) is given; ``shared_weights`` (the default) draws the random
-    matrices from the shared buffer, which makes building a candidate instant; without it every tensor
-    is freshly initialised (slower, same graph).
+    ``exporters.weights.load_state_dict``; ``weights_source`` names it in errors) is given;
+    ``shared_weights`` (the default) draws the random matrices from the shared buffer, which makes
+    building a candidate instant; without it every tensor is freshly initialised (slower, same graph).
+    ``seed`` replaces the architecture's own seed of the random weights.
 
-    ``precision`` other than fp32 quantizes the model with onnxruntime's tools (``exporters.quantize``,
-    options in ``quantization``); one the target runtime or ``execution_provider`` cannot run is refused
-    before anything is built.
-
-    ``cache_layout``: how a KV-cache generate variant stores its cache (``backbones.kv_cache``: per-layer
-    heads, or uniform ones every runtime can feed; None: the default); nothing to lay out elsewhere.
+    A precision the target runtime or ``execution_provider`` cannot run is refused before anything is built.
     """
+    options = ExportOptions() if options is None else options
+    if not isinstance(options, ExportOptions):
+        raise LtsedgeError(f"export options must be an ExportOptions, not {type(options).__name__}")
+    variant, precision = options.variant, options.precision
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
-    layout = cache_layout_option(backbone, variant, cache_layout)
-    target = target_for(target_ort)
+    layout = cache_layout_option(backbone, variant, options.cache_layout)
+    target = options.target
     check_precision(precision, target.runtime, execution_provider)
     require("torch", "exporting an architecture (its PyTorch reference model is built)")
     check_fits_in_memory(arch)
@@ -162,8 +175,8 @@ def export_model(arch: Architecture, *, target_ort: str | None = None, seed: int
                               producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
     add_metadata(proto, arch, target, spec, trained=weights is not None)
-    exported = ExportedModel(arch, target, spec, proto, list(initializers.items()))
-    return exported if precision == DEFAULT_PRECISION else quantize_model(exported, precision, quantization)
+    exported = ExportedModel(arch, target, spec, proto, list(initializers.items()), options=options)
+    return exported if precision == DEFAULT_PRECISION else quantize_model(exported, precision, options.quantization)
 
 
 def cache_layout_option(backbone, variant: str, cache_layout: str | None) -> dict[str, str]:

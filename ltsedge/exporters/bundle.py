@@ -27,6 +27,7 @@ from pathlib import Path
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config, special_token_ids
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import check_precision, precision_fields
 from ltsedge.files import check_writable, read_capped, write_file
 
@@ -52,7 +53,7 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
     arch = exported.arch
     read = _tokenizer_files(tokenizer, directory, arch)
     tokenizer_files, tokenizer_data = read.files, read.data
-    external = exported.needs_external_data() if external_data is None else external_data
+    external = exported.external(external_data)
     documents = {"config.json": hf_config(arch, tokenizer_data, cache_layout=exported.cache_layout),
                  "generation_config.json": hf_generation_config(arch, tokenizer_data)}
     documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
@@ -230,19 +231,19 @@ def _check_added_tokens(data: dict, path: Path) -> None:
                                f"not {json.dumps(tid)}")
 
 
-def export_to_path(arch, output: str | Path, *, variant: str = "forward", weights: str | Path | None = None,
-                   tokenizer: str | Path | None = None, target_ort: str | None = None,
-                   external_data: bool | None = None, precision: str = "fp32", cache_layout: str | None = None):
-    """What ``ltsedge export`` does: the forward variant as one file (``output``), the generate variant
-    as a bundle directory (``output/``); random weights, or the trained ones of a weights file; at
-    ``precision`` (fp32, or quantized by onnxruntime's tools); a KV-cache bundle's ``cache_layout``
-    (None: uniform, kv_cache.DEFAULT_CACHE_LAYOUT). Returns (the ExportedModel, file path -> sha256;
-    a bundle's ``generated`` names the tokenizer companions made from tokenizer.json)."""
+def export_to_path(arch, output: str | Path, options: ExportOptions | None = None, *,
+                   weights: str | Path | None = None, tokenizer: str | Path | None = None):
+    """What ``ltsedge export`` does: exported as ``options`` say (``exporters.options.ExportOptions``;
+    None: the defaults), the forward variant as one file (``output``), the generate variant as a bundle
+    directory (``output/``), its weights inline or in a data file as ``options.external_data`` says;
+    random weights, or the trained ones of a weights file. Returns (the ExportedModel, file path ->
+    sha256; a bundle's ``generated`` names the tokenizer companions made from tokenizer.json)."""
     from ltsedge.exporters import export_model
     from ltsedge.exporters.weights import load_state_dict
-    from ltsedge.ortcompat import target_for
 
-    check_precision(precision, target_for(target_ort).runtime)  # before any file is read or written
+    options = ExportOptions() if options is None else options
+    check_precision(options.precision, options.target.runtime)  # before any file is read or written
+    variant = options.variant
     output = Path(output)
     if tokenizer is not None and variant != "generate":
         raise LtsedgeError("--tokenizer belongs in a bundle: export with --variant generate")
@@ -251,17 +252,15 @@ def export_to_path(arch, output: str | Path, *, variant: str = "forward", weight
     if tokenizer is not None:  # read again by write_bundle: checked here before the export's seconds
         _tokenizer_files(tokenizer, output, arch)
     state = load_state_dict(weights) if weights is not None else None
-    exported = export_model(arch, target_ort=target_ort, variant=variant, weights=state,
-                            weights_source=f"weights file {weights}", precision=precision, cache_layout=cache_layout)
+    exported = export_model(arch, options, weights=state, weights_source=f"weights file {weights}")
     if variant == "generate":
-        files = write_bundle(exported, output, tokenizer=tokenizer, external_data=external_data)
+        files = write_bundle(exported, output, tokenizer=tokenizer)
         paths = BundleFiles({str(output / name): sha for name, sha in files.items()})
         paths.generated = tuple(str(output / name) for name in files.generated)
         return exported, paths
     if output.name and not output.is_dir():  # (a directory: save_files says to give a file name)
-        external = exported.needs_external_data() if external_data is None else external_data
-        for path in [output, output.with_name(output.name + ".data")] if external else [output]:
+        for path in [output, output.with_name(output.name + ".data")] if exported.external() else [output]:
             check_writable(path)  # a device, FIFO or link is never replaced or written through
             check_writable(path.with_name(path.name + ".partial"))
-    files = exported.save_files(output, external_data=external_data)
+    files = exported.save_files(output)
     return exported, {str(output.with_name(name)): sha for name, sha in files.items()}

@@ -74,11 +74,12 @@ class QuantOptions:
         return "-".join(f"{k}{int(v) if isinstance(v, bool) else v}" for k, v in mine.items())
 
 
-def check_precision(precision: str, runtime: str, execution_provider: str = "CPUExecutionProvider") -> None:
-    """Refuse, before anything is exported or measured, a precision the target runtime or provider cannot run."""
+def check_precision(precision: str, runtime: str, execution_provider: str | None = "CPUExecutionProvider") -> None:
+    """Refuse, before anything is exported or measured, a precision the target runtime or provider cannot run
+    (``execution_provider`` None: the runtime only, as ``ExportOptions`` checks it)."""
     if precision not in PRECISIONS:
         raise LtsedgeError(f"--precision {precision!r}: must be one of {', '.join(PRECISIONS)}")
-    if precision == "fp16" and execution_provider not in FP16_PROVIDERS:
+    if precision == "fp16" and execution_provider is not None and execution_provider not in FP16_PROVIDERS:
         raise LtsedgeError(f"--precision fp16 runs on the CUDA execution provider only, not {execution_provider}: "
                            f"on a CPU use int8 or int4")
     needed = MIN_ORT.get(precision)
@@ -126,7 +127,7 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
     del proto.metadata_props[:]
     helper.set_model_props(proto, props)
     proto.producer_name, proto.producer_version = exported.proto.producer_name, exported.proto.producer_version
-    return ExportedModel(exported.arch, exported.target, exported.spec, proto, weights, precision)
+    return ExportedModel(exported.arch, exported.target, exported.spec, proto, weights, precision, exported.options)
 
 
 def precision_fields(exported) -> dict:

@@ -22,7 +22,8 @@ from ltsedge.costmodel.samples import load_cost_model, remember
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
-from ltsedge.keys import candidate_model_key, measurement_key, measurement_settings
+from ltsedge.exporters.options import ExportOptions
+from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import ParamCounts, count_params
 from ltsedge.runners import Measurement, MeasuringRunner
@@ -128,9 +129,8 @@ class CandidateEvaluator:
                 continue  # not a candidate record
 
     def store_key(self, arch: Architecture) -> tuple:
-        return measurement_key(candidate_model_key(arch, self.target, self.variant, self.precision),
-                               self.fingerprint, self.profile,
-                               variant=self.variant)
+        options = ExportOptions(variant=self.variant, target_ort=self.target_ort, precision=self.precision)
+        return measurement_key(options.model_key(arch), self.fingerprint, self.profile, variant=self.variant)
 
     def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         """Candidates for ``archs`` in order; each distinct architecture is measured at most once."""
@@ -239,8 +239,9 @@ class CandidateEvaluator:
         try:
             for arch in archs:
                 t = time.perf_counter()
-                exported = export_model(arch, target_ort=self.target_ort, variant=self.variant,
-                                        precision=self.precision, execution_provider=self.profile.execution_provider)
+                exported = export_model(arch, ExportOptions(variant=self.variant, target_ort=self.target_ort,
+                                                            precision=self.precision),
+                                        execution_provider=self.profile.execution_provider)
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")

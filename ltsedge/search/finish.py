@@ -18,7 +18,6 @@ from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import Candidate, CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
 from ltsedge.search.outdir import OutputDir
-from ltsedge.workloads import WORKLOADS
 
 
 @dataclass
@@ -46,9 +45,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
            runner_factory, log, with_baseline: bool = True) -> Finished:
     cost = PublishCost(front=len(front))
     clock = time.perf_counter()
-    written = write_frontier(front, outdir, target_ort=settings.target_ort,
-                             variant=WORKLOADS[settings.objective].variant, precision=settings.precision,
-                             execution_provider=profile.execution_provider)
+    written = write_frontier(front, outdir, settings.export_options, execution_provider=profile.execution_provider)
     cost.export_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     with runner_factory(profile, log=log) as runner:
         fresh = remeasure(written, runner, settings.objective, "search", log=log)
@@ -63,9 +60,10 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
         published = keep_front([again.get(p.candidate.arch.id, p) for p in fresh], outdir, settings.budgets)
         cost.strict_seconds, clock = time.perf_counter() - clock, time.perf_counter()
         if with_baseline and settings.baseline is not None:
+            export = settings.export_options  # the evaluator exports and keys with it
             evaluator = CandidateEvaluator(careful, runner, store, outdir, Budgets(),
-                                           target_ort=settings.target_ort, fresh=True, objective=settings.objective,
-                                           precision=settings.precision)
+                                           target_ort=export.target_ort, fresh=True, objective=settings.objective,
+                                           precision=export.precision)
             final = {p.candidate.arch.id: p.candidate for p in published}
             archs = baseline_architectures(settings.baseline, settings.space, list(final.values()))
             # A baseline model on the front (the search started from it) is that front model: one figure.

@@ -23,6 +23,7 @@ from pathlib import Path
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.files import sha256_of
 from ltsedge.runners import MeasuringRunner
 from ltsedge.runners.measurement import rescaled
@@ -46,10 +47,10 @@ class PublishedModel:
         return self.path.parent if self.path.name == MODEL_FILE else None
 
 
-def write_frontier(front: list[Candidate], outdir: OutputDir, *, target_ort: str | None = None,
-                   variant: str = "forward", precision: str = "fp32",
+def write_frontier(front: list[Candidate], outdir: OutputDir, options: ExportOptions | None = None, *,
                    execution_provider: str = "CPUExecutionProvider") -> list[PublishedModel]:
-    """Export every front model into ``models/`` (the generate variant as a bundle ``models/<id>/``).
+    """Export every front model into ``models/`` as ``options`` say, the ones its figures were measured
+    with (the generate variant as a bundle ``models/<id>/``).
 
     Models an earlier (restarted or interrupted) search of this directory published are removed;
     only files the manifest records as ltsedge's are ever touched."""
@@ -57,17 +58,17 @@ def write_frontier(front: list[Candidate], outdir: OutputDir, *, target_ort: str
     for stale in outdir.files_under(MODELS):
         if _model_id(stale) not in keep:
             outdir.remove(stale)
+    options = ExportOptions() if options is None else options
     written = []
     for c in front:
-        exported = export_model(c.arch, target_ort=target_ort, variant=variant, precision=precision,
-                                execution_provider=execution_provider)
-        if variant == "generate":
+        exported = export_model(c.arch, options, execution_provider=execution_provider)
+        if options.variant == "generate":
             files = write_bundle(exported, outdir.root / MODELS / c.arch.id, claim=_claimer(outdir))
             files = {f"{MODELS}/{c.arch.id}/{name}": sha for name, sha in files.items()}
             model_rel = f"{MODELS}/{c.arch.id}/{MODEL_FILE}"
         else:
             model_rel = f"{MODELS}/{c.arch.id}.onnx"
-            if exported.needs_external_data():
+            if exported.external():
                 outdir.path(model_rel + ".data")
             saved = exported.save_files(outdir.path(model_rel))
             files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}

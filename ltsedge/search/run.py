@@ -26,7 +26,7 @@ from ltsedge.backbones import BaselineSpec
 from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
-from ltsedge.ortcompat import target_for
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.runners import MeasuringRunner, Runner
 from ltsedge.runners.policy import Calibration
 from ltsedge.runners.runner import pinned_calibration
@@ -54,6 +54,7 @@ from ltsedge.search.problem import ArchitectureProblem, make_operators
 from ltsedge.search.screening import Screen, screening_summary
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
+from ltsedge.workloads import WORKLOADS
 
 
 # Upper bounds of a search's size: every candidate is a model exported and measured (a second or more
@@ -84,6 +85,13 @@ class SearchSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise LtsedgeError(f"--{name} {value!r} is out of range: use {low} to {high}")
+
+    @property
+    def export_options(self) -> ExportOptions:
+        """How every candidate is exported, the frontier published and both keyed in the store: the
+        objective's variant at ``target_ort`` and ``precision`` (built here only, so they never disagree)."""
+        return ExportOptions(variant=WORKLOADS[self.objective].variant, target_ort=self.target_ort,
+                             precision=self.precision)
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -146,13 +154,14 @@ class SearchRun:
             fingerprint = runner.fingerprint()
             identity = identity_hash(self.settings.identity(self.profile, fingerprint))
             self._calibrate(runner, identity)
+            export = self.settings.export_options  # the evaluator's variant is the objective's, as export's
             evaluator = CandidateEvaluator(
                 self.profile, runner, self.store, outdir, self.settings.budgets,
-                target_ort=self.settings.target_ort, fresh=self.fresh,
+                target_ort=export.target_ort, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,
                 screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed)
-                if self.settings.measure == "front" else None, precision=self.settings.precision,
+                if self.settings.measure == "front" else None, precision=export.precision,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)
@@ -264,7 +273,8 @@ class SearchRun:
     def _summary(self, evaluator: CandidateEvaluator, frontier_size: int, started: float, interrupted: bool) -> dict:
         return {
             "ltsedge": ltsedge.__version__, "settings": self.settings.to_dict(), "device": self.profile.to_dict(),
-            "fingerprint": evaluator.fingerprint, "export": {**target_for(self.settings.target_ort).to_dict(), "precision": self.settings.precision},
+            "fingerprint": evaluator.fingerprint,
+            "export": {**self.settings.export_options.target.to_dict(), "precision": self.settings.precision},
             "generations_completed": self.state.generation, "interrupted": interrupted,
             "wall_seconds": self.elapsed_before + time.time() - started,
             "evaluation": evaluator.stats.to_dict(), "cost_model": screening_summary(evaluator),

@@ -1,0 +1,69 @@
+"""``ExportOptions``: everything that decides an export's bytes, as one value.
+
+The CLI (``ltsedge export``'s flags, the search's and profile's settings) builds one; it travels down to
+the exporters (``export_model``, ``bundle.export_to_path``) and, whole, into the store key
+(``options.model_key(arch)``, ``keys.candidate_model_key``): what an export was made with is what its
+figures are filed under, so a figure of one setting never answers for another. What is not an export
+option (the weights, a seed, the execution provider a precision is checked against) stays a keyword of
+the call.
+
+Light: nothing here imports torch (onnx only to clamp the target's opset to what it can write).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.quantize import QuantOptions, check_precision
+from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How an architecture is exported; each field other than its default is named in the model key.
+
+    ``variant``: forward (logits over a whole sequence) or generate (KV cache), as the backbone declares.
+    ``target_ort``: the onnxruntime version the model must load in (None: ``ortcompat.OLDEST_ORT``).
+    ``precision``: fp32, or fp16 / int8 / int4 by onnxruntime's quantizers, with ``quantization``'s
+    options (None: ``QuantOptions()``; options of another precision than this one change nothing).
+    ``cache_layout``: a KV-cache generate variant's (``backbones.kv_cache``; None: the default).
+    ``external_data``: the weights in ``<file>.data`` beside the model (None: only over protobuf's 2 GB).
+    Bad values are refused on construction, one line each."""
+
+    variant: str = DEFAULT_VARIANT
+    target_ort: str | None = None
+    precision: str = DEFAULT_PRECISION
+    quantization: QuantOptions | None = None
+    cache_layout: str | None = None
+    external_data: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.variant, str) or not self.variant:
+            raise LtsedgeError(f"export variant {self.variant!r} must be a name, e.g. forward or generate")
+        if self.target_ort is not None and not isinstance(self.target_ort, str):
+            raise LtsedgeError(f"onnxruntime version {self.target_ort!r} is not a version number like 1.20 or 1.20.1")
+        # The messages of ``ltsedge export``'s flags; the execution provider (fp16: CUDA only) is checked
+        # where the model is built or measured, it being no export option.
+        check_precision(self.precision, self.target.runtime, execution_provider=None)
+        if self.quantization is not None and not isinstance(self.quantization, QuantOptions):
+            raise LtsedgeError(f"quantization options must be a QuantOptions, not {type(self.quantization).__name__}")
+        if self.cache_layout is not None:
+            from ltsedge.backbones.kv_cache import check_cache_layout
+
+            check_cache_layout(self.cache_layout)
+        if self.external_data is not None and not isinstance(self.external_data, bool):
+            raise LtsedgeError(f"external_data {self.external_data!r} must be true, false or None (only over 2 GB)")
+
+    @property
+    def target(self):
+        """The opset and IR version ``target_ort`` loads (``ortcompat.OnnxTarget``)."""
+        from ltsedge.ortcompat import target_for
+
+        return target_for(self.target_ort)
+
+    def model_key(self, arch) -> str:
+        """The store key of ``arch`` exported with these options (``keys.candidate_model_key``)."""
+        from ltsedge.keys import candidate_model_key
+
+        return candidate_model_key(arch, self)
