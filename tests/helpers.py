@@ -182,21 +182,28 @@ def onnx_from_torch(arch, model, opset) -> bytes:
     return proto.SerializeToString()
 
 
+def larger_than_init(model, seed: int = 0):
+    """Weights drawn larger than the init (std 0.02 makes nearly flat logits, where a greedy choice would
+    hinge on rounding), biases and LayerNorms random around 1, so no term of the graph can hide."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
+    return model
+
+
 def exported(arch, seed: int = 0):
     """An ONNX session and its PyTorch reference, sharing weights drawn larger than the init (std 0.02
     makes nearly flat logits, where a greedy choice would hinge on rounding), exported via ``weights``."""
     import onnxruntime as ort
-    import torch
 
     from ltsedge.backbones import get_backbone
     from ltsedge.exporters import export_model
     from ltsedge.exporters.options import ExportOptions
 
-    model = get_backbone(arch.backbone).build_model(arch)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
+    model = larger_than_init(get_backbone(arch.backbone).build_model(arch), seed)
     exported_model = export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict())
     return ort.InferenceSession(exported_model.to_bytes(), providers=["CPUExecutionProvider"]), model
 

@@ -38,7 +38,7 @@ from ltsedge.generation import greedy
 from ltsedge.iospec import ExportSpec
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
-from tests.helpers import counted_by_torch, genai_greedy, graph_digest
+from tests.helpers import counted_by_torch, genai_greedy, graph_digest, larger_than_init
 from tests.toy_backbone import Toy
 
 # Backbones the tests define: each is registered for the duration of each contract test, and must pass it.
@@ -121,12 +121,7 @@ def arch_of(backbone, kind: str) -> Architecture:
 def randomized(backbone, arch, seed: int = 0) -> torch.nn.Module:
     """The reference with every tensor random and larger than the init: std 0.02 makes nearly flat logits,
     where a greedy choice would hinge on rounding; biases and LayerNorms random too, so no term can hide."""
-    model = backbone.build_model(arch)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
-    return model
+    return larger_than_init(backbone.build_model(arch), seed)
 
 
 def session_of(exported) -> ort.InferenceSession:

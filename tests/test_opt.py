@@ -19,7 +19,7 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.weights import load_state_dict
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
-from tests.helpers import counted_by_torch, prompts
+from tests.helpers import counted_by_torch, larger_than_init, prompts
 
 CPU = ["CPUExecutionProvider"]
 OPT = get_backbone("opt")
@@ -99,12 +99,7 @@ def test_default_space_baseline_and_longest_sequence():
 
 def randomized(arch: Architecture, seed: int = 0):
     """The reference with every tensor random and larger than the init (flat logits would hide errors)."""
-    model = OPT.build_model(arch)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
-    return model
+    return larger_than_init(OPT.build_model(arch), seed)
 
 
 def session_of(arch, model, variant="forward") -> ort.InferenceSession:

@@ -24,7 +24,7 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from ltsedge.profiling import profile_model
 from ltsedge.proxy import count_params
-from tests.helpers import counted_by_torch
+from tests.helpers import counted_by_torch, larger_than_init
 
 CPU = ["CPUExecutionProvider"]
 TOL = 1e-3
@@ -83,7 +83,7 @@ def test_rel_shift_puts_every_visible_key_at_its_distance():
 def test_segments_with_a_long_enough_memory_equal_one_pass():
     """Recurrence with nothing truncated = attention over the whole sequence at once."""
     arch = txl(n_layer=3, n_head=[2, 4, 1], d_inner=[48, 40, 24], mem_len=64, block_types=["attn", "ffn", "attn_ffn"])
-    model = randomize(BACKBONE.build_model(arch))
+    model = larger_than_init(BACKBONE.build_model(arch))
     ids = torch.from_numpy(np.random.default_rng(1).integers(0, arch.vocab_size, (2, sum(SEGMENTS))))
     with torch.no_grad():
         whole = model(ids)
@@ -95,18 +95,8 @@ def test_segments_with_a_long_enough_memory_equal_one_pass():
 
 
 # --- ONNX --------------------------------------------------------------------------------------------
-def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Weights larger than the init (std 0.02 makes nearly flat logits, where a greedy choice would hinge
-    on rounding), biases and LayerNorms random too, so no term of the graph can hide."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() > 1 else 0.1) + (1.0 if p.dim() == 1 else 0))
-    return model
-
-
 def exported(arch: Architecture, variant: str, seed: int = 0, target_ort: str | None = None):
-    model = randomize(BACKBONE.build_model(arch), seed)
+    model = larger_than_init(BACKBONE.build_model(arch), seed)
     exported_model = export_model(arch, ExportOptions(variant=variant, target_ort=target_ort),
                                   weights=model.state_dict())
     onnx.checker.check_model(onnx.load_from_string(exported_model.to_bytes()), full_check=True)
