@@ -108,6 +108,8 @@ class CandidateEvaluator:
         # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
         self.variant, self.latency_field = WORKLOADS[objective].variant, WORKLOADS[objective].figure
         self.target_ort, self.target = target_ort, target_for(target_ort)
+        # How every candidate is exported and keyed: one value, so the file measured and its key agree.
+        self.export = ExportOptions(variant=self.variant, target_ort=target_ort, precision=precision)
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress
         self.seen: dict[str, Candidate] = {}
@@ -129,8 +131,7 @@ class CandidateEvaluator:
                 continue  # not a candidate record
 
     def store_key(self, arch: Architecture) -> tuple:
-        options = ExportOptions(variant=self.variant, target_ort=self.target_ort, precision=self.precision)
-        return measurement_key(options.model_key(arch), self.fingerprint, self.profile, variant=self.variant)
+        return measurement_key(self.export.model_key(arch), self.fingerprint, self.profile, variant=self.variant)
 
     def evaluate(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         """Candidates for ``archs`` in order; each distinct architecture is measured at most once."""
@@ -239,9 +240,7 @@ class CandidateEvaluator:
         try:
             for arch in archs:
                 t = time.perf_counter()
-                exported = export_model(arch, ExportOptions(variant=self.variant, target_ort=self.target_ort,
-                                                            precision=self.precision),
-                                        execution_provider=self.profile.execution_provider)
+                exported = export_model(arch, self.export, execution_provider=self.profile.execution_provider)
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")
