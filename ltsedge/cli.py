@@ -256,6 +256,13 @@ def search(
     measure: str = typer.Option("front", "--measure", help="front: the device's cost model predicts every "
                                 "candidate and only those that could enter the measured front (or sit near a "
                                 "budget, or are audited) are measured; all: every candidate (the study's protocol)."),
+    search_timing: Optional[str] = typer.Option(
+        None, "--search-timing", help="coarse: candidates are timed to +-5% in at most 12 samples (the cost model "
+        "averages the noise; the default with --measure front); profile: to the device profile's own policy (the "
+        "default with --measure all). The published frontier is re-measured at the profile's policy either way."),
+    resolution: float = typer.Option(0.1, "--resolution", min=0.0, max=1.0, help="Publish a thinned front: every "
+                                     "front model left out has a published one within this factor in decoder "
+                                     "parameters, latency and memory (0: the whole front)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | int8 | int4 (fp16 on CUDA): every "
                                             "candidate exported and measured as apps ship it (default: the "
                                             "profile's [export] precision, else fp32)."),
@@ -283,7 +290,7 @@ def search(
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
         target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline, precision=precision,
-        scheduler=scheduler,
+        search_timing=search_timing, resolution=resolution, scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)

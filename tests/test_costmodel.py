@@ -15,16 +15,17 @@ from ltsedge.costmodel import MIN_SAMPLES, CostModel
 from ltsedge.costmodel.features import Shapes, latency_features, memory_features
 from ltsedge.costmodel.fit import RelativeLinearFit
 from ltsedge.costmodel.samples import load_samples, remember
-from ltsedge.devices import load_profile
+from ltsedge.devices import coarse, load_profile, strict
 from ltsedge.exporters import architecture_of
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.keys import measurement_key
+from ltsedge.keys import measurement_key, runtime_settings
 from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.policy import Calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
+from ltsedge.search.presets import get_preset
 from ltsedge.search.run import SearchRun
 from ltsedge.search.screening import MEASURE_SHARE, Screen, Verdict, audited, plan, promise
 from ltsedge.store import MeasurementStore
@@ -116,10 +117,10 @@ def fake_figures(arch: Architecture, profile=PROFILE, noise: float = 0.0, seed: 
                        peak_memory_mb=mb, runs=6, converged=True)
 
 
-def put_sample(store, arch, fingerprint, profile=PROFILE):
+def put_sample(store, arch, fingerprint, profile=PROFILE, **changes):
     key = measurement_key(ExportOptions(variant="generate").model_key(arch), fingerprint, profile,
                           variant="generate")
-    store.put(*key, fake_figures(arch, profile).to_dict(), fingerprint=fingerprint, settings={})
+    store.put(*key, {**fake_figures(arch, profile).to_dict(), **changes}, fingerprint=fingerprint, settings={})
     remember(store, arch, key[0])
 
 
@@ -136,6 +137,39 @@ def test_samples_come_only_from_this_machine_these_settings_and_this_export(tmp_
         assert sorted(a.id for a, _ in found) == sorted(a.id for a in archs[:10])
         assert load_samples(store, archs[0], here, PROFILE, target_for(None), "forward") == []  # other export
         assert len(load_samples(store, archs[0], there, PROFILE, target_for(None), "generate")) == 2
+
+
+def test_samples_of_every_policy_of_the_profile_teach_one_model_one_figure_per_architecture(tmp_path):
+    """A search timing coarsely learns from `ltsedge costmodel`'s figures (the profile's policy) and the
+    other way round; an architecture measured at several policies is one sample: its most precise figure."""
+    here = {"cpu_model": "here", "onnxruntime": "1.0"}
+    archs = tiny_space().sample(6, seed=2)
+    rough, careful = coarse(PROFILE), strict(PROFILE)
+    assert PROFILE.settings_hash() not in (rough.settings_hash(), careful.settings_hash())
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        for a in archs[:2]:
+            put_sample(store, a, here, PROFILE)
+        for a in archs[2:4]:
+            put_sample(store, a, here, rough)
+        put_sample(store, archs[4], here, careful)
+        put_sample(store, archs[0], here, rough, peak_memory_mb=1.0)  # also measured coarsely
+        put_sample(store, archs[5], here, PROFILE.replace(tolerance=0.3))  # a policy ltsedge never uses
+        found = load_samples(store, archs[0], here, PROFILE, target_for(None), "generate")
+        assert sorted(a.id for a, _ in found) == sorted(a.id for a in archs[:5])
+        figures = {a.id: m for a, m in found}
+        model_key = ExportOptions(variant="generate").model_key(archs[0])
+        own, coarse_figure = (store.get(*measurement_key(model_key, here, p, variant="generate")) for p in (PROFILE, rough))
+        assert figures[archs[0].id] == own != coarse_figure  # the profile's figure, not the coarse one
+
+
+def test_the_coarse_policy_is_never_stricter_than_the_profile():
+    from ltsedge.search.presets import get_preset
+
+    for profile in (load_profile("cpu"), get_preset("quick").apply(load_profile("cpu")), PROFILE):
+        rough = coarse(profile)
+        assert rough.tolerance >= max(profile.tolerance, 0.05) and rough.max_runs <= min(profile.max_runs, 12)
+        assert rough.min_runs <= rough.max_runs and rough.max_seconds < profile.max_seconds
+        assert runtime_settings(rough) == runtime_settings(profile)  # one machine state: one pinned calibration
 
 
 def test_a_model_of_an_exactly_linear_machine_predicts_it():
@@ -206,6 +240,7 @@ class LinearMachine:
     """A runner whose figures are the exactly-linear machine's: measurement without timing noise."""
 
     measured: list[str] = []
+    policies: list[tuple[float, int, float]] = []  # (tolerance, max_runs, max_seconds) of each model measured
 
     def __init__(self, profile, log=None, **_):
         self.profile = profile
@@ -230,6 +265,7 @@ class LinearMachine:
         for i, path in enumerate(models):
             arch = architecture_of(path)
             LinearMachine.measured.append(arch.id)
+            LinearMachine.policies.append((self.profile.tolerance, self.profile.max_runs, self.profile.max_seconds))
             m = fake_figures(arch, self.profile)
             results.append(m)
             if on_result:
@@ -237,14 +273,34 @@ class LinearMachine:
         return results
 
 
-def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite", seed: int = 3):
-    options = SearchOptions(preset="smoke", out=tmp_path / f"out-{measure}-{seed}-{store_name}", population=16, generations=4, seed=seed,
-                            store_path=tmp_path / store_name, quiet=True, measure=measure, baseline=False)
+def linear_search(tmp_path, measure: str, store_name: str = "store.sqlite", seed: int = 3, **options):
+    options = SearchOptions(**{"preset": "smoke", "out": tmp_path / f"out-{measure}-{seed}-{store_name}", "population": 16,
+                               "generations": 4, "seed": seed, "store_path": tmp_path / store_name, "quiet": True,
+                               "measure": measure, "baseline": False, **options})
     settings, profile = resolve(options)
-    LinearMachine.measured = []
+    LinearMachine.measured, LinearMachine.policies = [], []
     with MeasurementStore(options.store_path) as store:
         return SearchRun(settings, profile, options.out, store, log=lambda m: None,
                          runner_factory=LinearMachine).run()
+
+
+def test_a_search_times_coarsely_with_the_cost_model_and_publishes_at_the_profiles_policy(tmp_path):
+    profile = get_preset("smoke").apply(load_profile("cpu"))
+    rough = coarse(profile)
+    policy = {name: (p.tolerance, p.max_runs, p.max_seconds) for name, p in
+              (("profile", profile), ("coarse", rough), ("strict", strict(profile)))}
+    assert len(set(policy.values())) == 3
+    for measure, timing, searched in (("front", None, "coarse"), ("all", None, "profile"), ("front", "profile", "profile")):
+        result = linear_search(tmp_path, measure, store_name=f"{measure}-{timing}.sqlite", generations=2,
+                               search_timing=timing)
+        summary = json.loads((result.out_dir / "search.json").read_text())
+        publish = summary["publish"]  # re-measured: every model kept, then the undecided strictly
+        during = LinearMachine.policies[:-(publish["thinned"] + publish["strict"])]
+        kept, undecided = (LinearMachine.policies[len(during):][:publish["thinned"]],
+                           LinearMachine.policies[len(during) + publish["thinned"]:])
+        assert during and set(during) == {policy[searched]}, (measure, timing)
+        assert kept and set(kept) == {policy["profile"]} and set(undecided) <= {policy["strict"]}
+        assert summary["settings"]["timing"] == searched
 
 
 @pytest.mark.slow
@@ -265,11 +321,14 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
                for r in rows if r["figures"] == "predicted")
     summary = json.loads((result.out_dir / "search.json").read_text())["cost_model"]
     assert summary["predicted"] == len(predicted) and summary["decode"]["median_error"] < 0.01
-    # What the predictions put on the front was measured before publishing: no prediction beats the front.
+    # What the predictions put on the front was measured before publishing: no prediction beats the front
+    # (the published front is thinned to the resolution: within it).
     assert summary["settled"] == len(by_source.get("settled", []))
     front = [(p.candidate.params.decoder_params, p.candidate.latency_ms, p.candidate.memory_mb) for p in result.frontier]
+    factor = 1 + json.loads((result.out_dir / "search.json").read_text())["settings"]["resolution"]
     for c in predicted:
-        assert any(p >= c.params.decoder_params and r <= c.latency_ms and m <= c.memory_mb for p, r, m in front)
+        assert any(p * factor >= c.params.decoder_params and r <= c.latency_ms * factor and m <= c.memory_mb * factor
+                   for p, r, m in front)
     # The report tells predictions from measurements and shows how good the predictions were.
     from ltsedge.report.data import checked_predictions, load
 

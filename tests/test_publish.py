@@ -1,10 +1,13 @@
-"""Publishing the frontier: every front model re-measured from its file at the search's policy, only the
-undecided ones again strictly, the front recomputed on the final figures, the cost of each pass kept."""
+"""Publishing the frontier: the front thinned to the resolution, every model kept re-measured from its file
+at the device profile's policy, only the undecided ones again strictly, the front recomputed on the final
+figures, the cost of each pass kept."""
 
 from __future__ import annotations
 
 import csv
 import json
+import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +21,7 @@ from ltsedge.search.evaluate import Candidate
 from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel, undecided
 from ltsedge.search.outdir import OutputDir
+from ltsedge.search.pareto import pareto_front, thin
 from ltsedge.store import MeasurementStore
 from tests.helpers import random_tiny_archs
 
@@ -71,17 +75,17 @@ def test_a_model_straddling_the_latency_budget_or_without_an_interval_is_undecid
 
 
 class FakeMachine:
-    """A runner whose figures come from a table by architecture id: one table at the search's policy,
+    """A runner whose figures come from a table by architecture id: one table at the profile's policy,
     another at the strict one (told apart by the profile's tolerance)."""
 
     search_figures: dict[str, tuple[float, float]] = {}
     strict_figures: dict[str, tuple[float, float]] = {}
     measured: list[tuple[str, str]] = []  # (policy, id), in order
-    search_tolerance = 0.0  # the search's policy; a smaller tolerance is the strict one
+    search_tolerance = 0.0  # the profile's policy; a smaller tolerance is the strict one
 
     def __init__(self, profile, log=None, **_):
         self.profile = profile
-        self.policy = "strict" if profile.tolerance < FakeMachine.search_tolerance else "search"
+        self.policy = "strict" if profile.tolerance < FakeMachine.search_tolerance else "profile"
 
     def __enter__(self):
         return self
@@ -108,7 +112,7 @@ class FakeMachine:
 
 def test_finish_re_measures_every_front_model_then_only_the_undecided_strictly(tmp_path):
     settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
-                                              quiet=True, baseline=False))
+                                              quiet=True, baseline=False, resolution=0))
     assert settings.objective == "decode"
     # The search's figures (biased low) put four models on its front; afresh: 0 and 1 far apart, 2 and 3
     # within each other's interval; strictly, 3 beats 2.
@@ -119,16 +123,70 @@ def test_finish_re_measures_every_front_model_then_only_the_undecided_strictly(t
     FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
     with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
         done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None)
-        assert FakeMachine.measured == [("search", i) for i in a] + [("strict", a[2]), ("strict", a[3])]
+        assert FakeMachine.measured == [("profile", i) for i in a] + [("strict", a[2]), ("strict", a[3])]
         kept = {p.candidate.arch.id: p for p in done.frontier}
         assert set(kept) == {a[0], a[1], a[3]}  # 2 dominated once measured strictly: its bundle removed
         assert not (tmp_path / "out" / "models" / a[2]).exists()
         assert (tmp_path / "out" / "models" / a[3] / "model.onnx").is_file()
-        assert [kept[i].remeasured for i in (a[0], a[1], a[3])] == ["search", "search", "strict"]
+        assert [kept[i].remeasured for i in (a[0], a[1], a[3])] == ["profile", "profile", "strict"]
         assert kept[a[0]].candidate.latency_ms == 1.1 and kept[a[3]].candidate.latency_ms == 3.2  # fresh figures
         cost = done.cost
-        assert (cost.front, cost.strict, cost.published) == (4, 2, 3)
+        assert (cost.front, cost.thinned, cost.strict, cost.published) == (4, 4, 2, 3)
         assert min(cost.export_seconds, cost.remeasure_seconds, cost.strict_seconds) >= 0
+
+
+def test_finish_exports_and_measures_only_the_thinned_front(tmp_path):
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, baseline=False))
+    assert settings.resolution == 0.1  # the default
+    # 2 has 2% more decoder parameters than 1, less memory and a latency within 10% of 1's: 1 is left out.
+    front = [p.candidate for p in published([(1.0, 10), (2.0, 20), (2.05, 19.5), (5.0, 30)])]
+    a = [c.arch.id for c in front]
+    assert 1 < front[2].params.decoder_params / front[1].params.decoder_params < 1.1
+    FakeMachine.search_figures = {i: (c.latency_ms, c.memory_mb) for i, c in zip(a, front)}
+    FakeMachine.strict_figures = {}
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+        done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None)
+    assert FakeMachine.measured == [("profile", a[0]), ("profile", a[2]), ("profile", a[3])]
+    assert not (tmp_path / "out" / "models" / a[1]).exists()
+    assert [p.candidate.arch.id for p in done.frontier] == [a[0], a[2], a[3]]
+    assert (done.cost.front, done.cost.thinned, done.cost.strict, done.cost.published) == (4, 3, 0, 3)
+
+
+def point(params: int, latency: float, memory: float):
+    return SimpleNamespace(params=SimpleNamespace(decoder_params=params), latency_ms=latency, memory_mb=memory)
+
+
+def within(kept, left_out, resolution: float) -> bool:
+    factor = 1 + resolution
+    return (kept.params.decoder_params * factor >= left_out.params.decoder_params
+            and kept.latency_ms <= left_out.latency_ms * factor and kept.memory_mb <= left_out.memory_mb * factor)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_front_model_left_out_has_a_kept_one_within_the_resolution(seed):
+    rng = random.Random(seed)
+    # A dense 3-objective front: latency and memory grow with parameters, with scatter.
+    cloud = [point(p, p ** 0.8 * rng.uniform(0.7, 1.3), 100 + p ** 0.5 * rng.uniform(0.7, 1.3))
+             for p in (rng.randrange(10**5, 2 * 10**7) for _ in range(400))]
+    front = pareto_front([SimpleNamespace(ok=True, **vars(c)) for c in cloud], Budgets())
+    for resolution in (0.02, 0.1, 0.3):
+        kept = thin(front, resolution)
+        assert kept == sorted(kept, key=lambda c: c.params.decoder_params) and set(map(id, kept)) <= set(map(id, front))
+        assert all(any(within(k, c, resolution) for k in kept) for c in front)
+        assert all(not within(k, c, resolution) for k in kept for c in kept if k is not c
+                   and k.params.decoder_params > c.params.decoder_params)  # none kept that an earlier one covers
+    assert len(thin(front, 0.3)) < len(thin(front, 0.1)) < len(thin(front, 0.02)) < len(front)
+    assert thin(front, 0) == front
+
+
+def test_thinning_keeps_the_largest_of_near_equals_and_every_model_far_from_the_others():
+    a, b, c = point(100, 10.0, 50.0), point(105, 10.5, 51.0), point(300, 30.0, 90.0)
+    assert thin([a, b, c], 0.1) == [b, c]  # b: more parameters, within 10% of a in latency and memory
+    assert thin([a, b, c], 0.01) == [a, b, c]
+    faster = point(100, 8.0, 50.0)  # 20% faster than b: b does not cover it
+    assert thin([faster, b, c], 0.1) == [faster, b, c]
 
 
 @pytest.mark.slow
@@ -142,7 +200,7 @@ def test_a_search_says_how_each_published_figure_was_measured(tmp_path):
     with MeasurementStore(options.store_path) as store:
         result = SearchRun(settings, profile, out, store, log=lambda m: None).run()
     rows = list(csv.DictReader((out / "frontier.csv").open()))
-    assert rows and {r["remeasured"] for r in rows} <= {"search", "strict"}
+    assert rows and {r["remeasured"] for r in rows} <= {"profile", "strict"}
     summary = json.loads((out / "search.json").read_text())["publish"]
     strict_ids = {r["id"] for r in rows if r["remeasured"] == "strict"}
     assert summary["published"] == len(rows) == len(result.frontier)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ltsedge.architecture import Architecture
 from ltsedge.costmodel.model import CostModel
+from ltsedge.devices import coarse, strict
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key
@@ -31,20 +32,33 @@ def remember(store, arch: Architecture, model_key: str) -> None:
     store.put_architecture(model_key, export_settings(model_key), arch.to_dict())
 
 
+def policies(profile) -> tuple:
+    """The profile as ltsedge measures with it: its own repeat policy, a search's coarse one and
+    publishing's strict one. Their figures are of one machine and settings, measured more or less
+    precisely: all of them teach a cost model (a search timing coarsely warm-starts from
+    ``ltsedge costmodel``'s figures, and ``predict`` uses a search's)."""
+    return (profile, coarse(profile), strict(profile))
+
+
 def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
                  precision: str = "fp32") -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
-    export target, variant and precision, machine, settings, onnxruntime): the candidates a search
-    exports with ``ExportOptions(variant, target.runtime, precision)``, keyed by it."""
+    export target, variant and precision, machine, settings, onnxruntime) at any of the profile's
+    ``policies``: the candidates a search exports with ``ExportOptions(variant, target.runtime,
+    precision)``, keyed by it. One sample per architecture: the most precise of its figures."""
     options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision)
-    key = measurement_key(options.model_key(like), fingerprint, profile, variant=variant)
-    samples = []
-    for arch, measurement in store.measured_architectures(*key[1:], export_settings(key[0])):
-        try:
-            samples.append((Architecture.from_dict(arch), measurement))
-        except LtsedgeError:
-            continue  # an architecture this version no longer accepts: not a sample
-    return samples
+    model_key = options.model_key(like)
+    found: dict[str, tuple] = {}
+    own, rough, careful = policies(profile)
+    for policy in (careful, own, rough):  # the first figure found of an architecture is kept
+        key = measurement_key(model_key, fingerprint, policy, variant=variant)
+        for arch, measurement in store.measured_architectures(*key[1:], export_settings(key[0])):
+            try:
+                arch = Architecture.from_dict(arch)
+            except LtsedgeError:
+                continue  # an architecture this version no longer accepts: not a sample
+            found.setdefault(arch.id, (arch, measurement))
+    return list(found.values())
 
 
 def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ltsedge.devices.profile import DeviceProfile, check_type, strict
+from ltsedge.devices.profile import DeviceProfile, check_type, coarse, strict
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
 from ltsedge.validate import reject_unknown, toml_repr
@@ -131,4 +131,4 @@ def check_provider(profile: DeviceProfile) -> None:
 
 
 __all__ = ["DeviceProfile", "available_providers", "builtin_names", "builtin_profiles", "check_provider",
-           "load_profile", "strict"]
+           "coarse", "load_profile", "strict"]

@@ -41,6 +41,8 @@ class SearchOptions:
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
     measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
+    search_timing: str | None = None  # coarse | profile; None: coarse with --measure front, else profile
+    resolution: float = 0.1  # publishing: the front thinned to models this far apart (0: all of it)
     seed_baseline: bool = True  # start the search from the layer-scaled baseline models the space holds
     precision: str | None = None  # fp32 | int8 | int4 | fp16 (CUDA); None: the profile's [export], else fp32
     scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
@@ -78,7 +80,8 @@ def resolve(options: SearchOptions):
         generations=options.generations or preset.generations, seed=options.seed, budgets=budgets,
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
-        seed_baseline=options.seed_baseline, precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
+        seed_baseline=options.seed_baseline, timing=options.search_timing, resolution=options.resolution,
+        precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )
     return settings, profile
 

@@ -99,8 +99,11 @@ class CandidateEvaluator:
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
                  objective: str = "forward", racing: bool = False, screen: Screen | None = None,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", base_profile: DeviceProfile | None = None):
         self.profile, self.runner, self.store = profile, runner, store
+        # The profile ``profile``'s repeat policy derives from (a search timing coarsely measures with
+        # ``coarse(base_profile)``): its cost model learns from the figures of all its policies.
+        self.base_profile = base_profile or profile
         self.objective, self.racing = objective, racing
         self.screen = screen  # None: every candidate measured (the study's protocol)
         self.precision = precision  # every candidate is exported (quantized) and measured at it
@@ -214,7 +217,7 @@ class CandidateEvaluator:
         if self.stats.measured + self.stats.cached == self._fitted_on:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
-        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.profile, self.target, self.variant,
+        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.target, self.variant,
                                         self.precision))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:

@@ -4,7 +4,7 @@ Publishing writes each frontier model (``models/<id>.onnx``, or a bundle ``model
 re-measures it from the exact file the user receives: a fresh figure, because the search's figures of
 the models it kept are biased low (among many noisy figures, the front holds those that came out
 lowest). Precision is spent only where a decision depends on it (``undecided``): every model is first
-re-measured at the search's own policy; a model whose place on the front still hangs on the noise (its
+re-measured at the device profile's own policy (however coarsely the search timed it); a model whose place on the front still hangs on the noise (its
 latency interval overlaps that of a model that would dominate it or that it would dominate, or it
 straddles the latency budget) is measured again with the strict policy. A front point far from its
 neighbours keeps its fresh figure: more runs would not change what is published. The front is
@@ -40,7 +40,7 @@ class PublishedModel:
     path: Path  # the ONNX model measured (in a bundle: its model.onnx)
     sha256: str  # of that file
     files: dict[str, str] = field(default_factory=dict)  # every file shipped, relative to OUT -> sha256
-    remeasured: str | None = None  # the policy of its final figure: "search" or "strict" (None: not yet)
+    remeasured: str | None = None  # the policy of its final figure: "profile" or "strict" (None: not yet)
 
     @property
     def bundle(self) -> Path | None:

@@ -48,7 +48,7 @@ def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
         "weights_mb": m.get("weights_mb"), "prefill_latency_ms": m.get("prefill_latency_ms"),
         "decode_latency_ms": m.get("decode_latency_ms"), "kv_cache_mb": m.get("kv_cache_mb"),
         "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256,
-        "remeasured": p.remeasured,  # its figure's policy: "search" (decided at it) or "strict" (it was not)
+        "remeasured": p.remeasured,  # its figure's policy: "profile" (decided at the profile's policy) or "strict" (it was not)
         "bundle": str(p.bundle.relative_to(out_dir)) if p.bundle else None, "files": p.files, "measurement": m,
     }
 

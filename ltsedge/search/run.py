@@ -23,7 +23,7 @@ from pymoo.termination.max_gen import MaximumGenerationTermination
 
 import ltsedge
 from ltsedge.backbones import BaselineSpec
-from ltsedge.devices import DeviceProfile
+from ltsedge.devices import DeviceProfile, coarse
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
@@ -61,6 +61,7 @@ from ltsedge.workloads import WORKLOADS
 # each), so 10,000 of either is already weeks of measuring, far beyond the study's 100 x 30.
 MAX_POPULATION = 10_000
 MAX_GENERATIONS = 10_000
+TIMINGS = ("coarse", "profile")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,23 @@ class SearchSettings:
     measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
     seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
     precision: str = "fp32"  # every candidate exported and measured at it: fp32, int8, int4 (fp16 on CUDA)
+    # How the search times its candidates: "coarse" (devices.coarse: the cost model averages the noise) or
+    # "profile" (the device profile's own policy); None: coarse with the cost model (measure "front"), the
+    # profile's with every candidate measured (the study's protocol). The frontier is published re-measured
+    # at the profile's policy either way.
+    timing: str | None = None
+    # Publishing: the front thinned so that every front model left out has a published one within this
+    # factor in each objective (0: the whole front; pareto.thin)
+    resolution: float = 0.1
 
     def __post_init__(self) -> None:
+        if self.timing is None:
+            object.__setattr__(self, "timing", "coarse" if self.measure == "front" else "profile")
+        if self.timing not in TIMINGS:
+            raise LtsedgeError(f"--search-timing {self.timing!r} is not one of {', '.join(TIMINGS)}")
+        if not (isinstance(self.resolution, (int, float)) and not isinstance(self.resolution, bool)
+                and 0 <= self.resolution <= 1):
+            raise LtsedgeError(f"--resolution {self.resolution!r} is out of range: use 0 (the whole front) to 1")
         # Checked before anything starts: NSGA-II would try to sample a billion candidates and hang silently.
         for name, low, high in (("population", 2, MAX_POPULATION), ("generations", 1, MAX_GENERATIONS)):
             value = getattr(self, name)
@@ -101,14 +117,18 @@ class SearchSettings:
         return {**self._evolution(), "device": device, "machine": fingerprint_hash(fingerprint)}
 
     def to_dict(self) -> dict:
-        return {**self._evolution(), "generations": self.generations,
+        return {**self._evolution(), "generations": self.generations, "resolution": self.resolution,
                 "baseline": self.baseline.to_dict() if self.baseline else None}
 
     def _evolution(self) -> dict:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
                 "objective": self.objective, "racing": self.racing, "measure": self.measure,
-                "seed_baseline": self.seed_baseline, "precision": self.precision}
+                "seed_baseline": self.seed_baseline, "precision": self.precision, "timing": self.timing}
+
+    def measuring_profile(self, profile: DeviceProfile) -> DeviceProfile:
+        """The profile the search's candidates are measured with (its repeat policy per ``timing``)."""
+        return coarse(profile) if self.timing == "coarse" else profile
 
 
 @dataclass
@@ -150,13 +170,14 @@ class SearchRun:
         started = time.time()
         self._clear(outdir)
         interrupted = False
-        with self.runner_factory(self.profile, log=self.log) as runner:
+        measuring = self.settings.measuring_profile(self.profile)
+        with self.runner_factory(measuring, log=self.log) as runner:
             fingerprint = runner.fingerprint()
             identity = identity_hash(self.settings.identity(self.profile, fingerprint))
             self._calibrate(runner, identity)
             export = self.settings.export_options  # the evaluator's variant is the objective's, as export's
             evaluator = CandidateEvaluator(
-                self.profile, runner, self.store, outdir, self.settings.budgets,
+                measuring, runner, self.store, outdir, self.settings.budgets, base_profile=self.profile,
                 target_ort=export.target_ort, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,

@@ -37,7 +37,10 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
     )
     publish = s.get("publish")
     if publish and publish["front"]:
-        console.print(f"publishing: the search's {publish['front']} front models re-measured from their files, "
+        thinned = publish.get("thinned", publish["front"])
+        kept = (f"{thinned} of the search's {publish['front']} front models (resolution {publish['resolution']:.0%})"
+                if thinned != publish["front"] else f"the search's {publish['front']} front models")
+        console.print(f"publishing: {kept} re-measured from their files, "
                       f"{publish['strict']} undecided ones again strictly, {publish['published']} published "
                       f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)")
     objective = s["settings"].get("objective", "forward")
