@@ -322,10 +322,11 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
     summary = json.loads((result.out_dir / "search.json").read_text())["cost_model"]
     assert summary["predicted"] == len(predicted) and summary["decode"]["median_error"] < 0.01
     # What the predictions put on the front was measured before publishing: no prediction beats the front
-    # (the published front is thinned to the resolution: within it).
+    # by more than the resolution (settling leaves such near-ties to the front model beside them), and the
+    # published front is thinned to the resolution: within it twice.
     assert summary["settled"] == len(by_source.get("settled", []))
     front = [(p.candidate.params.decoder_params, p.candidate.latency_ms, p.candidate.memory_mb) for p in result.frontier]
-    factor = 1 + json.loads((result.out_dir / "search.json").read_text())["settings"]["resolution"]
+    factor = (1 + json.loads((result.out_dir / "search.json").read_text())["settings"]["resolution"]) ** 2
     for c in predicted:
         assert any(p * factor >= c.params.decoder_params and r <= c.latency_ms * factor and m <= c.memory_mb * factor
                    for p, r, m in front)
@@ -398,3 +399,33 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
     assert far.returncode == 0 and "extrapolates" in far.stderr and "peak memory" in far.stdout
     elsewhere = ltsedge_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
     assert elsewhere.returncode == 2 and "no cost model" in elsewhere.stderr
+
+
+def test_settling_leaves_a_prediction_within_the_resolution_of_the_front_to_the_front(tmp_path, monkeypatch):
+    from ltsedge.search.evaluate import Candidate, CandidateEvaluator
+
+    class Stub:  # the evaluator asks its runner for the machine's fingerprint only
+        def fingerprint(self):
+            return {"machine": "test", "onnxruntime": "1.0"}
+
+    def candidate(arch, ratio, memory, predicted):
+        figures = {"ok": True, "predicted": predicted, "workload": "decode", "latency_ms": ratio,
+                   "decode_latency_ms": ratio, "peak_memory_mb": memory,
+                   "workloads": {"decode": {"latency_ms": ratio, "latency_ratio": ratio}}}
+        return Candidate(arch, count_params(arch), figures, "predicted" if predicted else "measured", 1,
+                         "decode_latency_ms")
+
+    small, large, near, far = sorted(tiny_space().sample(8, seed=4), key=lambda a: count_params(a).decoder_params)[:4]
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        evaluator = CandidateEvaluator(PROFILE, Stub(), store, tmp_path, Budgets(), objective="decode",
+                                       screen=Screen("decode", Budgets(), 0))
+        measured, actual = [], {small.id: (1.9, 19.5), large.id: (1.5, 25.0)}  # as predicted
+        monkeypatch.setattr(evaluator, "_measure", lambda archs, generation: (
+            measured.extend(a.id for a in archs) or [candidate(a, *actual[a.id], False) for a in archs]))
+        evaluator._record(candidate(far, 2.0, 20.0, False))  # the front: the most parameters
+        evaluator._record(candidate(small, 1.9, 19.5, True))  # 5% beyond it on latency: within 10%
+        evaluator._record(candidate(large, 1.5, 25.0, True))  # 33% faster (more memory): worth measuring
+        evaluator.settle_front(limit=10, margin=0.1)
+        assert measured == [large.id]
+        evaluator.settle_front(limit=10)  # without a margin, the near-tie is measured too
+        assert measured == [large.id, small.id]

@@ -184,11 +184,13 @@ class CandidateEvaluator:
                 self._record(candidate)
             pending = [a for a in pending if a not in batch]
 
-    def settle_front(self, limit: int) -> None:
+    def settle_front(self, limit: int, margin: float = 0.0) -> None:
         """At the end of a search: measure (at most ``limit``) predicted candidates whose predicted
         figures would enter the measured front, the most promising first, re-judged after every chunk
         against the grown front, so the front a search publishes is the one its predictions point to,
-        in measured figures (``source`` "settled")."""
+        in measured figures (``source`` "settled"). A prediction beyond the front by no more than
+        ``margin`` (publishing's resolution) is not measured: a front model within the resolution of it
+        already stands for it."""
         if self.screen is None:
             return
         settled = 0
@@ -197,7 +199,7 @@ class CandidateEvaluator:
             ranked = sorted(((promise(c.params.decoder_params, objective_ratio(c.measurement, self.objective),
                                       c.memory_mb, front), c) for c in self.candidates() if c.predicted),
                             key=lambda pc: -pc[0])
-            batch = [c for score, c in ranked if score > 1.0 and not self.budgets.violations(
+            batch = [c for score, c in ranked if score > 1.0 + margin and not self.budgets.violations(
                 c.params.decoder_params, c.latency_ms, c.memory_mb)][:min(CHUNK, limit - settled)]
             if not batch:
                 return

@@ -192,7 +192,7 @@ class SearchRun:
                 self.progress.start()
             try:
                 self._evolve(algorithm, evaluator, identity, started)
-                evaluator.settle_front(limit=self.settings.population)
+                evaluator.settle_front(limit=self.settings.population, margin=self.settings.resolution)
             except KeyboardInterrupt:
                 interrupted = True
                 self.log("interrupted: writing the frontier found so far (Ctrl-C again to stop at once)")
