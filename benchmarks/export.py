@@ -8,12 +8,13 @@ runs, each in a fresh state for the model (the shared weight buffer stays warm, 
 
     python benchmarks/export.py [--repeats 3] [--fresh-weights] [--variant forward|generate|both]
 
-``--quantized`` instead: what quantizing adds to an export (int8: onnxruntime's quantize_dynamic; int4:
-its MatMulNBitsQuantizer), the export time at each precision minus fp32's, for 2 x 256 and 6 x 512; then
+``--quantized`` instead: what quantizing adds to an export (int8: onnxruntime's ONNXQuantizer as
+quantize_dynamic drives it; int4: its MatMulNBitsQuantizer; ltsedge.exporters.quantize), the export time
+at each precision minus fp32's, for 2 x 256 and 6 x 512 (``--shapes`` for others, e.g. 12x768); then
 fp32 / int8 / int4 side by side in one Runner (generate variant: prefill of 192 tokens, decode per token
-after 192, peak memory) with each file's size.
+after 192, peak memory) with each file's size (``--cost-only``: the first table only).
 
-    python benchmarks/export.py --quantized [--repeats 3]
+    python benchmarks/export.py --quantized [--repeats 3] [--shapes 2x256,6x512,12x768] [--cost-only]
 """
 
 from __future__ import annotations
@@ -73,15 +74,15 @@ PRECISIONS = ("fp32", "int8", "int4")
 QUANTIZED_SHAPES = [(2, 256), (6, 512)]
 
 
-def quantized(repeats: int) -> None:
-    """Quantization's cost per candidate, then the three precisions measured side by side."""
+def quantized(repeats: int, shapes: list[tuple[int, int]] = QUANTIZED_SHAPES, measure: bool = True) -> None:
+    """Quantization's cost per candidate, then (``measure``) the three precisions measured side by side."""
     from ltsedge.devices import load_profile
     from ltsedge.runners import Runner
 
     export_model(arch_for(1, 64), ExportOptions(precision="int4"))  # the quantizers' imports, paid once per process
     print(f"{'architecture':<14}{'variant':>9}" + "".join(f"{p + ' export':>13}" for p in PRECISIONS)
           + f"{'int8 adds':>11}{'int4 adds':>11}")
-    for n_layer, d_model in QUANTIZED_SHAPES:
+    for n_layer, d_model in shapes:
         arch = arch_for(n_layer, d_model)
         for variant in ("forward", "generate"):
             times = {}
@@ -93,13 +94,15 @@ def quantized(repeats: int) -> None:
                     runs.append(time.perf_counter() - t0)
                 times[precision] = statistics.median(runs)
             print(f"{n_layer:>2} x {d_model:<9}{variant:>9}" + "".join(f"{times[p]:>12.2f}s" for p in PRECISIONS)
-                  + f"{times['int8'] - times['fp32']:>10.2f}s{times['int4'] - times['fp32']:>10.2f}s")
+                  + f"{times['int8'] - times['fp32']:>10.2f}s{times['int4'] - times['fp32']:>10.2f}s", flush=True)
+    if not measure:
+        return
 
     profile = load_profile("cpu").replace(sequence=192, context=192, drift_check_every=0)
     print(f"\n{'architecture':<14}{'precision':>10}{'file MB':>9}{'prefill ms':>11}{'decode ms/token':>16}"
           f"{'peak MB':>9}{'decode runs':>12}")
     with tempfile.TemporaryDirectory() as tmp, Runner(profile) as runner:
-        for n_layer, d_model in QUANTIZED_SHAPES:
+        for n_layer, d_model in shapes:
             arch = arch_for(n_layer, d_model)
             paths, sizes = [], []
             for precision in PRECISIONS:
@@ -116,15 +119,25 @@ def quantized(repeats: int) -> None:
                       f"{m.decode_latency_ms:>16.3f}{m.peak_memory_mb:>9.0f}{m.workloads['decode']['runs']:>12}")
 
 
+def shapes_arg(text: str) -> list[tuple[int, int]]:
+    try:
+        return [(int(n), int(d)) for n, d in (s.lower().split("x") for s in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give LxD pairs, e.g. 2x256,6x512") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fresh-weights", action="store_true", help="initialise every tensor (no shared buffer)")
     parser.add_argument("--variant", choices=("forward", "generate", "both"), default="both")
     parser.add_argument("--quantized", action="store_true", help="quantization's cost and fp32/int8/int4 figures")
+    parser.add_argument("--shapes", type=shapes_arg, default=QUANTIZED_SHAPES,
+                        help="--quantized: LxD architectures, comma-separated (default 2x256,6x512)")
+    parser.add_argument("--cost-only", action="store_true", help="--quantized: the export costs only, no Runner")
     args = parser.parse_args()
     if args.quantized:
-        quantized(args.repeats)
+        quantized(args.repeats, args.shapes, measure=not args.cost_only)
         return
     variants = ("forward", "generate") if args.variant == "both" else (args.variant,)
     export_model(arch_for(1, 64))  # imports and the onnxruntime probe, paid once per process

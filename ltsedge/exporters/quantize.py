@@ -14,7 +14,11 @@
           execution provider; onnxruntime's CPU kernels mostly lack fp16.
 
 Neither quantizer rewrites ``Gemm``: a quantized export is built with its linear layers as MatMul +
-Add (``GraphBuilder(gemm=False)``). Quantizing is part of a candidate's cost: benchmarks/export.py.
+Add (``GraphBuilder(gemm=False)``). Quantizing is part of a candidate's cost (benchmarks/export.py
+--quantized): the quantizers are given the graph with its large weights held aside (``_light_model``),
+each put back only where a quantizer reads it, so that what the tools do around the quantizing (a copy
+of the model, a file written and read back, shape inference, twice for int8) costs nothing per weight.
+The file is the one ``quantize_dynamic`` / ``MatMulNBitsQuantizer`` give (tests/test_quantize_fast.py).
 """
 
 from __future__ import annotations
@@ -91,21 +95,35 @@ def check_precision(precision: str, runtime: str, execution_provider: str | None
 def quantize_model(exported, precision: str, options: QuantOptions | None = None):
     """The exported fp32 model (built with ``gemm=False``) at ``precision``: a new ExportedModel whose
     opset, IR version and ltsedge metadata are the fp32 model's, plus ``ltsedge.precision``."""
-    import onnx
+    return _quantize(exported, precision, options or QuantOptions(), light=True)
+
+
+def _quantize(exported, precision: str, options: QuantOptions, *, light: bool):
+    """``light``: int8 and int4 run onnxruntime's quantizers on the graph with its large weights held aside
+    (``_light_model``), each weight put in only where a quantizer reads it; else (the reference the tests
+    compare it with, and the fallback) the whole model goes through ``quantize_dynamic`` and a file."""
     from onnx import helper, numpy_helper
 
     from ltsedge.exporters import METADATA_PREFIX, ExportedModel
 
-    options = options or QuantOptions()
     if precision == DEFAULT_PRECISION:
         return exported
     if exported.needs_external_data():
         raise LtsedgeError(f"{exported.arch.id} is {exported.nbytes / 2**30:.2f} GiB in fp32: quantizing a model "
                            f"over protobuf's 2 GB is not supported yet (export it in fp32)")
-    # The whole model in memory, parsed from its bytes: half the time of building the tensors one by one.
-    model = onnx.load_from_string(exported.to_bytes())
-    with tempfile.TemporaryDirectory(prefix="ltsedge-quantize-") as scratch, _quiet():
-        proto = _QUANTIZERS[precision](model, Path(scratch), options)
+    held: dict = {}  # name -> the exporter's own array, for the weights the quantizer was given without data
+    with _quiet():
+        if light and precision in _LIGHT_QUANTIZERS:
+            try:
+                model, held = _light_model(exported)
+                proto = _LIGHT_QUANTIZERS[precision](model, held, options)
+            except Exception:  # noqa: BLE001
+                # An onnxruntime whose quantizer reads a weight held aside (no data: it raises) takes the
+                # documented path, which gives the same model (tests/test_quantize_fast.py), only slower.
+                held = {}
+                proto = _reference_proto(exported, precision, options)
+        else:
+            proto = _reference_proto(exported, precision, options)
     # The tools' shape inference leaves value_info that onnxruntime then contradicts (scalars as [1]):
     # the exporter declares none, so none is kept.
     proto.graph.ClearField("value_info")
@@ -116,9 +134,15 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
             opset.version = exported.target.opset
     # The weights go back beside the graph (written without protobuf copies, inline or external);
     # constants, scales and scalar zero points stay in it (the weight writer makes every array >= 1-D).
-    small = [_copy(t) for t in proto.graph.initializer if len(t.dims) == 0 or _nbytes(t) < SMALL_TENSOR]
-    weights = [(t.name, numpy_helper.to_array(t)) for t in proto.graph.initializer if _nbytes(t) >= SMALL_TENSOR
-               and len(t.dims)]
+    # A weight held aside that is still used goes back as the exporter's array it was (no copy).
+    small, weights = [], []
+    for t in proto.graph.initializer:
+        if t.name in held:
+            weights.append((t.name, held[t.name]))
+        elif len(t.dims) == 0 or _nbytes(t) < SMALL_TENSOR:
+            small.append(_copy(t))
+        else:
+            weights.append((t.name, numpy_helper.to_array(t)))
     proto.graph.ClearField("initializer")
     proto.graph.initializer.extend(small)
     props = {p.key: p.value for p in exported.proto.metadata_props}
@@ -128,6 +152,54 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
     helper.set_model_props(proto, props)
     proto.producer_name, proto.producer_version = exported.proto.producer_name, exported.proto.producer_version
     return ExportedModel(exported.arch, exported.target, exported.spec, proto, weights, precision, exported.options)
+
+
+def _reference_proto(exported, precision: str, options: QuantOptions):
+    """The whole model, parsed from its bytes, through the tools' documented entry points."""
+    import onnx
+
+    model = onnx.load_from_string(exported.to_bytes())
+    with tempfile.TemporaryDirectory(prefix="ltsedge-quantize-") as scratch:
+        return _QUANTIZERS[precision](model, Path(scratch), options)
+
+
+def _light_model(exported):
+    """The model the quantizers are given: the exported graph with every weight of 1 KiB or more as an
+    initializer holding its name, type and shape but no data (held aside: name -> array); smaller ones
+    whole, as ``to_bytes`` writes them. What the tools do with the model — shape inference, their copies,
+    their files — then costs nothing per weight; ``_fill`` puts data in where a quantizer reads it.
+
+    The tools' own round trip through a file (``save_and_reload_model_with_shape_infer``) saves every
+    tensor of 1 KiB or more as external data, which its shape inference does not read either."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(exported.proto)  # no weights in it: a small copy
+    held = {}
+    for name, array in exported.weights:
+        tensor = model.graph.initializer.add()
+        tensor.name = name
+        tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        tensor.dims.extend(array.shape)
+        if array.ndim and array.nbytes >= SMALL_TENSOR:
+            held[name] = array
+        else:
+            tensor.raw_data = _little_endian_bytes(array)
+    return model, held
+
+
+def _fill(graph, held: dict, names: Iterable[str]) -> None:
+    """Put the held weights ``names`` back into ``graph``'s initializers (the ones a quantizer reads)."""
+    names = set(names) & held.keys()
+    for tensor in graph.initializer:
+        if tensor.name in names and not tensor.HasField("raw_data"):
+            tensor.raw_data = _little_endian_bytes(held[tensor.name])
+
+
+def _little_endian_bytes(array) -> bytes:
+    import numpy as np
+
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
 
 def precision_fields(exported) -> dict:
@@ -166,7 +238,7 @@ def _int8(model, scratch: Path, options: QuantOptions):
     return onnx.load(str(target))
 
 
-def _int4(model, scratch: Path, options: QuantOptions):
+def _int4(model, scratch: Path | None, options: QuantOptions):
     from ltsedge.extras import require
 
     require("onnx_ir", "--precision int4 (onnxruntime's MatMulNBitsQuantizer)")
@@ -186,6 +258,39 @@ def _fp16(model, scratch: Path, options: QuantOptions):
 
 
 _QUANTIZERS = {"int8": _int8, "int4": _int4, "fp16": _fp16}
+
+
+def _int8_light(model, held: dict, options: QuantOptions):
+    """``quantize_dynamic``'s own steps (onnxruntime/quantization/quantize.py, as of 1.20 and 1.32), in memory: its
+    shape inference, its ONNXQuantizer (which infers shapes again on its own copy), its quantization, the
+    topological sort its ``save_model_to_file`` does; the weights the quantizer reads are put back into the
+    quantizer's copy before it quantizes. No file is written and read back with the weights in it."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quant_utils
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from onnxruntime.quantization.quant_utils import QuantizationMode
+
+    nodes = list(_constant_weight_nodes(model))
+    inputs = {i for n in model.graph.node if n.name in nodes for i in n.input}
+    model = quant_utils.save_and_reload_model_with_shape_infer(model)
+    if hasattr(quant_utils, "update_opset_version"):  # not in 1.20; a no-op for int8 weights at opset >= 11
+        model = quant_utils.update_opset_version(model, QuantType.QInt8)
+    extra_options = {"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True}
+    quantizer = ONNXQuantizer(model, options.per_channel, False, QuantizationMode.IntegerOps, False, QuantType.QInt8,
+                              QuantType.QUInt8, None, nodes, [], ["MatMul"], extra_options)
+    _fill(quantizer.model.model.graph, held, inputs)
+    quantizer.quantize_model()
+    quantizer.model.topological_sort()
+    return quantizer.model.model
+
+
+def _int4_light(model, held: dict, options: QuantOptions):
+    """MatMulNBitsQuantizer as ``_int4`` runs it (in memory, in place), every MatMul's weights put back first."""
+    _fill(model.graph, held, (i for n in model.graph.node if n.op_type == "MatMul" for i in n.input))
+    return _int4(model, None, options)
+
+
+_LIGHT_QUANTIZERS = {"int8": _int8_light, "int4": _int4_light}
 
 
 def _copy(tensor):
