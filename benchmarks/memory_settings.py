@@ -75,25 +75,25 @@ CHOSEN = "mmap-128k"
 WORKER = r"""
 import json, sys
 import onnxruntime as ort
-from ltsedge.runners import worker
+from ltsedge.runners import session, worker
 setting = json.loads(sys.argv[1])
 config = dict(setting["session_config"])
 if setting["same_as_requested"]:
     cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(cpu, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # kSameAsRequested
     config["session.use_env_allocators"] = "1"
-plain = worker.session_options
-def session_options(run):
-    options = plain(run)
+plain = session.session_options
+def session_options(settings):
+    options = plain(settings)
     for key, value in config.items():
         options.add_session_config_entry(key, value)
     return options
-worker.session_options = session_options
+session.session_options = session_options  # create_session looks it up there
 worker.main()
 """
 
 
-def fresh_peak(path: Path, reference: Path, run: RunSettings, setting: Setting, tmp: Path) -> float:
+def fresh_peak(path: Path, reference: Path, settings: RunSettings, setting: Setting, tmp: Path) -> float:
     """The model's peak memory (MB) in a new worker: its first model, after the reference."""
     env = dict(os.environ)
     root = str(Path(ltsedge.__file__).resolve().parent.parent)
@@ -102,7 +102,7 @@ def fresh_peak(path: Path, reference: Path, run: RunSettings, setting: Setting, 
     with subprocess.Popen([sys.executable, "-c", WORKER, extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           env=env, cwd=tmp) as proc:
         read_message(proc.stdout)  # hello
-        write_message(proc.stdin, {"cmd": "measure", "path": str(path), "run": run, "shapes": None,
+        write_message(proc.stdin, {"cmd": "measure", "path": str(path), "run": settings, "shapes": None,
                                    "reference_path": str(reference), "race": None})
         reply = read_message(proc.stdout)
         write_message(proc.stdin, {"cmd": "exit"})
@@ -179,9 +179,9 @@ def main() -> None:
         figures: dict[str, dict[str, list[float]]] = {s.name: {} for s in SETTINGS}
         for arch, path in zip(archs, paths):
             for setting in SETTINGS:
-                run = RunSettings.from_profile(base.replace(**setting.profile))
+                settings = RunSettings.from_profile(base.replace(**setting.profile))
                 repeats = max(args.repeats, DEFAULT_REPEATS) if setting.name == "default" else args.repeats
-                values = [fresh_peak(path, reference, run, setting, tmp) for _ in range(repeats)]
+                values = [fresh_peak(path, reference, settings, setting, tmp) for _ in range(repeats)]
                 figures[setting.name][arch.id] = values
                 print(f"  {arch.id:<26} {setting.name:<11} " + " ".join(f"{v:8.2f}" for v in values), flush=True)
         search_way = {}

@@ -33,7 +33,7 @@ from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.pareto import HypervolumeScale, pareto_front
-from ltsedge.search.run import SearchRun
+from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ltsedge.architecture import Architecture
-from ltsedge.check.run import check_shapes
+from ltsedge.check.model_files import check_shapes
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
@@ -24,8 +24,8 @@ from ltsedge.files import sha256_of
 from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT, file_key, measurement_key, measurement_settings
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
-from ltsedge.runners.runner import pinned_calibration
 from ltsedge.runners.measurement import complete
+from ltsedge.runners.policy import pinned_calibration
 from ltsedge.store import MeasurementStore
 
 

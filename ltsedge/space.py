@@ -17,11 +17,15 @@ first choice, so one model has one architecture. ``par_rules`` adds the PAR stud
 attention only in the first two thirds of the layers, at most one attention layer per five layers
 (rounded up), at least one.
 
-Sizes: a range table is counted before it is enumerated (at most MAX_CHOICES choices per key, n_layer at
-most MAX_LAYERS), and the size's magnitude is summed in logarithms, so a space of 10^40000 architectures
-is described at once; the exact count is made only where it is printed (below 10^EXACT_SIZE_DIGITS).
+Sizes: a range table is counted before it is enumerated (at most ``space_file.MAX_CHOICES`` choices
+per key, n_layer at most MAX_LAYERS), and the size's magnitude is summed in logarithms, so a space of
+10^40000 architectures is described at once; the exact count is made only where it is printed (below
+10^EXACT_SIZE_DIGITS).
 
-(Over 300 lines for one reason: the encoding, the repair and the exact size count must change together.)
+Here: the space's ranges and checks, its integer encoding and repair (``decode``/``encode``), its
+size (counted exactly and in logarithms), sampling, and its description. Kept in one module because
+the encoding, the repair and the size count must change together; reading a space's TOML file,
+value by value, is ``space_file.py``.
 """
 
 from __future__ import annotations
@@ -41,12 +45,12 @@ from ltsedge.backbones import get_backbone
 from ltsedge.backbones.base import grid
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import read_toml
-from ltsedge.validate import is_int, reject_unknown
+from ltsedge.space_file import parse_value
+from ltsedge.validate import reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
 PAR_ATTENTION_SHARE = 2 / 3  # PAR: attention is needed only in the first two thirds of the layers
 PAR_LAYERS_PER_ATTENTION = 5  # PAR: about one attention layer per five layers suffices
-MAX_CHOICES = 10_000  # per key of a space file: more is a typo (and would take minutes to size)
 MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 genes per layer
 EXACT_SIZE_DIGITS = 40  # describe() counts the size exactly below 10^this (the CLI prints it in full)
 
@@ -312,9 +316,7 @@ class SearchSpace:
             reject_unknown("search-space key", data, (f.name for f in fields(cls) if f.name != "source"))
         except LtsedgeError as e:
             raise LtsedgeError(f"{source}: {e}") from None
-        values = {k: _parse_choices(k, v, source) if k in _CHOICE_KEYS
-                  else _parse_block_types(v, source) if k == "block_types" else _parse_scalar(k, v, source)
-                  for k, v in data.items()}
+        values = {k: parse_value(k, v, source) for k, v in data.items()}
         given = values.pop("backbone", None)
         if backbone is not None and given is not None and given != backbone:
             raise LtsedgeError(f"{source}: backbone = {given!r} contradicts --backbone {backbone}")
@@ -327,9 +329,6 @@ class SearchSpace:
     def load(cls, path: str | Path, backbone: str | None = None) -> SearchSpace:
         data = read_toml(path, "search-space file")
         return cls.from_dict(data.get("space", data), source=str(path), backbone=backbone)
-
-
-_CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs")
 
 
 def _log10_sum(logs, axis=None):
@@ -348,52 +347,8 @@ def _describe_types(types: tuple[str, ...]) -> str:
     return "{" + ", ".join(types) + "}"
 
 
-def _parse_block_types(value: Any, source: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise LtsedgeError(f"{source}: block_types must be a list of block types ({', '.join(BLOCK_TYPES)}), "
-                           f"got {value!r}")
-    return tuple(value)
-
-
 def _describe(values: tuple[int, ...]) -> str:
     steps = {b - a for a, b in zip(values, values[1:])}
     if len(values) > 3 and len(steps) == 1:
         return f"{values[0]}..{values[-1]} step {steps.pop()} ({len(values)} choices)"
     return "{" + ", ".join(map(str, values)) + "}"
-
-
-def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
-    """A list of integers, or a range table ``{min = 128, max = 1024, step = 64}``."""
-    if isinstance(value, dict):
-        extra = set(value) - {"min", "max", "step"}
-        if extra or not {"min", "max"} <= set(value):
-            raise LtsedgeError(f"{source}: {key} range must be {{min = .., max = .., step = ..}}, got {value}")
-        lo, hi, step = value["min"], value["max"], value.get("step", 1)
-        if not all(is_int(v) for v in (lo, hi, step)) or step < 1 or lo > hi:
-            raise LtsedgeError(f"{source}: {key} range {value} is invalid: integers with min <= max and step >= 1")
-        choices = range(lo, hi + 1, step)
-        if len(choices) > MAX_CHOICES:  # counted, not enumerated
-            raise LtsedgeError(f"{source}: {key} range {value} has {len(choices):,} choices: a space may have at "
-                               f"most {MAX_CHOICES:,} per key")
-        value = list(choices)
-    if not isinstance(value, list) or not all(is_int(v) for v in value):
-        raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
-    if key not in ("cutoffs", "d_embed") and not value or value and min(value) < 1:
-        raise LtsedgeError(f"{source}: {key} = {value} is invalid: choices must be integers >= 1")
-    return tuple(value)
-
-
-def _parse_scalar(key: str, value: Any, source: str):
-    expected = {"d_inner_min_ratio": (int, float), "vocab_size": int, "n_positions": int, "backbone": str,
-                "mem_len": int, "par_rules": bool}[key]
-    if key == "par_rules" and isinstance(value, bool):
-        return value
-    if isinstance(value, bool) or not isinstance(value, expected):
-        raise LtsedgeError(f"{source}: {key} = {value!r} has the wrong type")
-    if key == "mem_len" and value < 1:
-        raise LtsedgeError(f"{source}: mem_len = {value} is invalid: must be >= 1")
-    if key in ("vocab_size", "n_positions") and value < 2:
-        raise LtsedgeError(f"{source}: {key} = {value} is invalid: must be >= 2")
-    if key == "d_inner_min_ratio" and value < 0:
-        raise LtsedgeError(f"{source}: d_inner_min_ratio = {value} is invalid: must be >= 0")
-    return value

@@ -12,6 +12,8 @@ Beside the measurements, the architecture behind each exported candidate's model
 cost model (``ltsedge.costmodel``) learns from this machine's figures of known architectures; and
 the machine's pinned calibration of the reference model per (fingerprint_hash, settings_hash,
 ort_version) of its runtime settings (``ltsedge.runners.policy.PinnedCalibration``).
+
+The file's schema, its migrations and sqlite3's errors on it are ``store_sqlite.py``.
 """
 
 from __future__ import annotations
@@ -20,73 +22,19 @@ import json
 import os
 import sqlite3
 import sys
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from ltsedge import __version__
+from ltsedge import __version__, store_sqlite
 from ltsedge.errors import LtsedgeError
+from ltsedge.store_sqlite import KEY_COLUMNS, UPSERT, init_schema, sqlite_errors
 from ltsedge.validate import reject_unknown
 
 ENV_VAR = "LTSEDGE_STORE"
 FILENAME = "measurements.sqlite"
-SCHEMA_VERSION = 3
-BUSY_TIMEOUT_S = 30.0
 
-KEY_COLUMNS = ("model_key", "fingerprint_hash", "settings_hash", "ort_version")
 FILTER_COLUMNS = KEY_COLUMNS + ("ok", "ltsedge_version")
-
-_CREATE = [
-    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
-    "INSERT INTO schema_version (version) VALUES (1)",  # then migrated to SCHEMA_VERSION
-    """CREATE TABLE measurements (
-        model_key TEXT NOT NULL,
-        fingerprint_hash TEXT NOT NULL,
-        settings_hash TEXT NOT NULL,
-        ort_version TEXT NOT NULL,
-        ok INTEGER NOT NULL,
-        measurement TEXT NOT NULL,      -- JSON object
-        fingerprint TEXT NOT NULL,      -- JSON object
-        settings TEXT NOT NULL,         -- JSON object
-        created_at TEXT NOT NULL,       -- ISO 8601, UTC
-        ltsedge_version TEXT NOT NULL,
-        PRIMARY KEY (model_key, fingerprint_hash, settings_hash, ort_version)
-    )""",
-]
-# The architecture an exported candidate's model key stands for; export = the key less "arch:<id>".
-_ARCHITECTURES = """CREATE TABLE architectures (
-    model_key TEXT PRIMARY KEY, export TEXT NOT NULL, architecture TEXT NOT NULL)"""
-
-# The reference model's speed on a machine with some runtime settings: every run's milliseconds are
-# its ratios times this (keys.calibration_key; runners/policy.py, "Pinned calibration").
-_CALIBRATIONS = """CREATE TABLE IF NOT EXISTS calibrations (
-    fingerprint_hash TEXT NOT NULL,
-    settings_hash TEXT NOT NULL,
-    ort_version TEXT NOT NULL,
-    calibration TEXT NOT NULL,      -- JSON object
-    fingerprint TEXT NOT NULL,      -- JSON object
-    settings TEXT NOT NULL,         -- JSON object: the runtime settings
-    created_at TEXT NOT NULL,
-    ltsedge_version TEXT NOT NULL,
-    PRIMARY KEY (fingerprint_hash, settings_hash, ort_version))"""
-
-# _MIGRATIONS[v] lists the statements that take a version-v store to version v + 1.
-_MIGRATIONS: dict[int, list[str]] = {1: [_ARCHITECTURES], 2: [_CALIBRATIONS]}
-
-# A success replaces anything; a failure never replaces a success (one flaky crash must not erase
-# a good measurement), but does replace an older failure (keep the latest reason).
-_UPSERT = f"""
-INSERT INTO measurements ({", ".join(KEY_COLUMNS)}, ok, measurement, fingerprint, settings,
-                          created_at, ltsedge_version)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT ({", ".join(KEY_COLUMNS)}) DO UPDATE SET
-    ok = excluded.ok, measurement = excluded.measurement, fingerprint = excluded.fingerprint,
-    settings = excluded.settings, created_at = excluded.created_at,
-    ltsedge_version = excluded.ltsedge_version
-WHERE excluded.ok OR NOT measurements.ok
-"""
-
 
 def default_store_path() -> Path:
     """``$LTSEDGE_STORE`` if set, else ``measurements.sqlite`` in the user's cache directory."""
@@ -122,13 +70,13 @@ class MeasurementStore:
         else:
             _make_parent(self.path)
         try:
-            with _sqlite_errors(self.path):
+            with sqlite_errors(self.path):
                 # Autocommit: every write is one statement, so no transaction is held while measuring.
-                self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                self._conn = sqlite3.connect(self.path, timeout=store_sqlite.BUSY_TIMEOUT_S, isolation_level=None)
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 # Safe under WAL (a power cut may lose the last rows, never corrupt) and much faster.
                 self._conn.execute("PRAGMA synchronous=NORMAL")
-                self._init_schema()
+                init_schema(self._db, self.path)
         except BaseException:
             self.close()
             raise
@@ -152,7 +100,7 @@ class MeasurementStore:
         """
         key = _key(model_key, fingerprint_hash, settings_hash, ort_version)
         where = " AND ".join(f"{c} = ?" for c in KEY_COLUMNS)
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             row = self._db.execute(f"SELECT ok, measurement FROM measurements WHERE {where}", key).fetchone()
         if row is None:
             return None
@@ -187,12 +135,12 @@ class MeasurementStore:
             datetime.now(timezone.utc).isoformat(timespec="seconds"),
             __version__,
         )
-        with _sqlite_errors(self.path):
-            self._db.execute(_UPSERT, values)
+        with sqlite_errors(self.path):
+            self._db.execute(UPSERT, values)
 
     def put_architecture(self, model_key: str, export: str, architecture: dict[str, Any]) -> None:
         """Remember which architecture an exported candidate's model key stands for."""
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             self._db.execute("INSERT OR IGNORE INTO architectures VALUES (?, ?, ?)",
                              (model_key, export, _to_json("architecture", model_key, architecture)))
 
@@ -204,7 +152,7 @@ class MeasurementStore:
                    JOIN architectures a ON a.model_key = m.model_key
                    WHERE m.ok AND m.fingerprint_hash = ? AND m.settings_hash = ? AND m.ort_version = ?
                    AND a.export = ? ORDER BY m.created_at, m.rowid"""
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             found = self._db.execute(query, (fingerprint_hash, settings_hash, ort_version, export)).fetchall()
         decoded = [(self._decode(arch, key), self._decode(m, key)) for arch, m, key in found]
         return [(arch, m) for arch, m in decoded if _complete(m, True)]
@@ -212,7 +160,7 @@ class MeasurementStore:
     def get_calibration(self, fingerprint_hash: str, settings_hash: str, ort_version: str) -> dict[str, Any] | None:
         """The pinned calibration of this machine with these runtime settings and onnxruntime, or None."""
         key = _calibration_key(fingerprint_hash, settings_hash, ort_version)
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             row = self._db.execute("SELECT calibration FROM calibrations WHERE fingerprint_hash = ? AND "
                                    "settings_hash = ? AND ort_version = ?", key).fetchone()
         return None if row is None else self._decode(row[0], "pinned calibration")
@@ -225,18 +173,18 @@ class MeasurementStore:
         values = (*key, *(_to_json(what, "pinned calibration", v) for what, v in
                           (("calibration", calibration), ("fingerprint", fingerprint), ("settings", settings))),
                   datetime.now(timezone.utc).isoformat(timespec="seconds"), __version__)
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             self._db.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
 
     def count(self) -> int:
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
 
     def rows(self, **filters: Any) -> list[dict[str, Any]]:
         """All rows matching the column filters (e.g. ``ok=False``), oldest first, JSON columns decoded."""
         reject_unknown("store filter", filters, FILTER_COLUMNS, sort_known=False)
         where = " AND ".join(f"{c} = ?" for c in filters) or "1"
-        with _sqlite_errors(self.path):
+        with sqlite_errors(self.path):
             cursor = self._db.execute(
                 f"SELECT * FROM measurements WHERE {where} ORDER BY created_at, rowid", list(filters.values())
             )
@@ -278,46 +226,6 @@ class MeasurementStore:
             raise LtsedgeError(f"measurement store {self.path} is closed")
         return self._conn
 
-    def _init_schema(self) -> None:
-        # IMMEDIATE takes the write lock up front, so two processes creating a new store don't race.
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not tables:
-                for statement in _CREATE:
-                    db.execute(statement)
-                self._migrate(1)
-            elif "schema_version" not in tables:
-                raise LtsedgeError(
-                    f"measurement store {self.path} is an SQLite database of something else; "
-                    "pass --store NEW_PATH"
-                )
-            else:
-                self._migrate(db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0])
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-
-    def _migrate(self, version: Any) -> None:
-        if not isinstance(version, int) or version < 1:
-            raise LtsedgeError(
-                f"measurement store {self.path} has an invalid schema version {version!r}; "
-                "move it aside or pass --store NEW_PATH"
-            )
-        if version > SCHEMA_VERSION:
-            raise LtsedgeError(
-                f"measurement store {self.path} has schema version {version}, but ltsedge {__version__} "
-                f"only knows up to {SCHEMA_VERSION}; upgrade ltsedge or pass --store NEW_PATH"
-            )
-        for v in range(version, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[v]:
-                self._db.execute(statement)
-            self._db.execute("UPDATE schema_version SET version = ?", (v + 1,))
-
-
 def _complete(measurement: dict[str, Any], ok: bool) -> bool:
     """Whether a stored measurement can answer a request: its ``ok`` agrees with its row, a success
     holds a latency (``latency_ms``, else some ``latency*`` figure), a failure says why. A row that
@@ -341,29 +249,6 @@ _NOT_THE_MODELS = ("External data path does not exist",)
 def _models_own(failure: dict[str, Any]) -> bool:
     """A failure the model would repeat on any run: one of its own, and not caused by missing files."""
     return failure.get("failure_kind") == "model" and not any(m in failure["error"] for m in _NOT_THE_MODELS)
-
-
-@contextmanager
-def _sqlite_errors(path: Path) -> Iterator[None]:
-    """Turns sqlite3 errors into one-line LtsedgeErrors that name the file and the way out."""
-    try:
-        yield
-    except sqlite3.Error as e:
-        message = str(e)
-        if "not a database" in message or "malformed" in message:
-            raise LtsedgeError(
-                f"measurement store {path} is not a valid SQLite database ({message}); "
-                "move it aside or pass --store NEW_PATH"
-            ) from None
-        if "locked" in message:
-            raise LtsedgeError(
-                f"measurement store {path} stayed locked by another process for {BUSY_TIMEOUT_S:g} s; "
-                "retry, or pass --store NEW_PATH"
-            ) from None
-        raise LtsedgeError(
-            f"measurement store {path} cannot be used ({message}); "
-            "check that it is a writable file or pass --store NEW_PATH"
-        ) from None
 
 
 def _make_parent(path: Path) -> None:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from ltsedge import store as store_module
+from ltsedge import store_sqlite
 from ltsedge.check import run_check
 from ltsedge.devices import load_profile
 from ltsedge.keys import calibration_key, runtime_settings
 from ltsedge.profiling import profile_model
 from ltsedge.runners import Runner
 from ltsedge.runners import runner as runner_module
-from ltsedge.runners.policy import Calibration, PinnedCalibration
-from ltsedge.runners.runner import pinned_calibration
+from ltsedge.runners.policy import Calibration, PinnedCalibration, pinned_calibration
 from ltsedge.store import MeasurementStore
 from tests.helpers import FAST_DEVICE, fake_fingerprint, ltsedge_cli, meas, no_traceback
 
@@ -135,8 +134,8 @@ def test_a_version_2_store_migrates_and_keeps_its_rows(tmp_path):
         s.put_calibration("fp", "st", "1.20.0", {"reference_ms": 2.0}, fingerprint={}, settings={})
         assert s.get_calibration("fp", "st", "1.20.0") == {"reference_ms": 2.0}
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(store_module.SCHEMA_VERSION,)]
-    assert store_module.SCHEMA_VERSION == 3
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(store_sqlite.SCHEMA_VERSION,)]
+    assert store_sqlite.SCHEMA_VERSION == 3
     conn.close()
 
 

@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ltsedge.architecture import Architecture
 from ltsedge.check import run_check
-from ltsedge.check.budgets import load_budgets
-from ltsedge.check.run import measure_with_runner
+from ltsedge.check.budgets_file import load_budgets
+from ltsedge.check.api import measure_with_runner
 from ltsedge.check.verdict import is_marginal, latency_relative_bounds, uncertainty
 from ltsedge.devices import load_profile
 from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
@@ -395,7 +395,7 @@ def test_regression_against_previous_check_json(tmp_path, fast, monkeypatch):
 def test_regression_against_profile_json_lines_and_matching(tmp_path, fast, monkeypatch):
     monkeypatch.chdir(tmp_path)
     a, b, c = fake_files(tmp_path, "a.onnx", "b.onnx", "c.onnx")
-    from ltsedge.check.run import inspect_model
+    from ltsedge.check.model_files import inspect_model
 
     fp = fake_fingerprint(fast)
     lines = [  # what `ltsedge profile --json >> previous.jsonl` collects, from another checkout

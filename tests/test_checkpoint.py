@@ -10,7 +10,7 @@ import pytest
 from ltsedge.errors import LtsedgeError
 from ltsedge.search.checkpoint import (
     CandidateLog,
-    RunState,
+    SearchState,
     load_checkpoint,
     save_checkpoint,
 )
@@ -24,7 +24,7 @@ def test_resume_from_json_continues_exactly_like_an_uninterrupted_run(tmp_path, 
 
     first = fresh_algorithm()
     asked = [generation(first) for _ in range(stop_after)]
-    save_checkpoint(tmp_path, "run-a", first, RunState(generation=stop_after, hv_history=[{"generation": 1}]))
+    save_checkpoint(tmp_path, "run-a", first, SearchState(generation=stop_after, hv_history=[{"generation": 1}]))
     json.loads((tmp_path / "checkpoint.json").read_text())  # plain JSON: nothing in it can execute
 
     resumed = fresh_algorithm()
@@ -40,7 +40,7 @@ def test_resume_from_json_continues_exactly_like_an_uninterrupted_run(tmp_path, 
 def test_checkpoint_of_another_run_or_damaged_is_refused(tmp_path):
     algorithm = fresh_algorithm()
     generation(algorithm)
-    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))
+    save_checkpoint(tmp_path, "run-a", algorithm, SearchState(generation=1))
     with pytest.raises(LtsedgeError, match="different settings"):
         load_checkpoint(tmp_path, "run-b", fresh_algorithm())
     (tmp_path / "checkpoint.json").write_text("\x80\x04 not json")  # e.g. a pickle from an older ltsedge
@@ -81,6 +81,6 @@ def test_the_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path
                                                                real_replace(source, target))[1])
     algorithm = fresh_algorithm()
     generation(algorithm)
-    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))
+    save_checkpoint(tmp_path, "run-a", algorithm, SearchState(generation=1))
     assert events == [("fsync", False), ("rename", "checkpoint.json"), ("fsync", True)]
     assert load_checkpoint(tmp_path, "run-a", fresh_algorithm()).generation == 1

@@ -26,7 +26,7 @@ from ltsedge.runners.policy import Calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.presets import get_preset
-from ltsedge.search.run import SearchRun
+from ltsedge.search.loop import SearchRun
 from ltsedge.search.screening import MEASURE_SHARE, Screen, Verdict, audited, plan, promise
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli, tiny_arch, tiny_space
@@ -402,7 +402,8 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
 
 
 def test_settling_leaves_a_prediction_within_the_resolution_of_the_front_to_the_front(tmp_path, monkeypatch):
-    from ltsedge.search.evaluate import Candidate, CandidateEvaluator
+    from ltsedge.search.candidate import Candidate
+    from ltsedge.search.evaluate import CandidateEvaluator
 
     class Stub:  # the evaluator asks its runner for the machine's fingerprint only
         def fingerprint(self):

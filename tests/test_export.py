@@ -123,7 +123,7 @@ def test_export_does_not_copy_weights_per_candidate():
     """Matrices are views of the shared buffer; the exported pieces reference them, not copies."""
     arch = tiny_arch(vocab_size=20000, d_model=128, d_inner=[256, 256])
     exported = export_model(arch)
-    from ltsedge.backbones.weights import _POOL
+    from ltsedge.backbones.random_weights import _POOL
 
     views = [p for p in exported.parts if isinstance(p, memoryview)]
     assert sum(v.nbytes for v in views) >= count_params(arch).total_params * 4 * 0.99

@@ -183,7 +183,7 @@ def test_the_search_exports_and_keys_with_one_options(tmp_path):
     from ltsedge.devices import load_profile
     from ltsedge.search.budgets import Budgets
     from ltsedge.search.evaluate import CandidateEvaluator
-    from ltsedge.search.run import SearchSettings
+    from ltsedge.search.settings import SearchSettings
     from ltsedge.store import MeasurementStore
 
     class Stub:  # the evaluator asks its runner for the machine's fingerprint only

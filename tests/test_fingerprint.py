@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from ltsedge.devices import load_profile
-from ltsedge.devices.fingerprint import (
+from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
+from ltsedge.devices.sensors import (
     Sensors,
-    fingerprint_hash,
-    machine_fingerprint,
     read_cpu_freq_mhz,
     read_load_avg,
     read_temperature_c,

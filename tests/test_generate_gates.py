@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ltsedge.search.api import SearchOptions, resolve
-from ltsedge.search.run import SearchRun
+from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 from tests.helpers import GENERATE_DEVICE, run_ltsedge as run
 

@@ -16,7 +16,7 @@ from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.weights import load_state_dict
+from ltsedge.exporters.trained_weights import load_state_dict
 from ltsedge.proxy import count_params
 from ltsedge.space import SearchSpace
 from tests.helpers import counted_by_torch, larger_than_init, prompts

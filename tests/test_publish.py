@@ -17,7 +17,7 @@ from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.policy import Calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import Candidate
+from ltsedge.search.candidate import Candidate
 from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel, undecided
 from ltsedge.search.outdir import OutputDir
@@ -191,7 +191,7 @@ def test_thinning_keeps_the_largest_of_near_equals_and_every_model_far_from_the_
 
 @pytest.mark.slow
 def test_a_search_says_how_each_published_figure_was_measured(tmp_path):
-    from ltsedge.search.run import SearchRun
+    from ltsedge.search.loop import SearchRun
 
     out = tmp_path / "out"
     options = SearchOptions(preset="smoke", out=out, population=8, generations=2, seed=1,

@@ -22,12 +22,13 @@ from onnx import helper, numpy_helper
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
-from ltsedge.check.run import run_check
+from ltsedge.check.api import run_check
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters.bundle import export_to_path
+from ltsedge.exporters.model_precision import precision_of
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions, precision_of
+from ltsedge.exporters.quantize import QuantOptions
 from ltsedge.generation import greedy
 from tests.helpers import fake_fingerprint, genai_greedy, max_diff, meas, randomize, run_ltsedge as run
 

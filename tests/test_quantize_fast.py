@@ -2,7 +2,7 @@
 
 ``quantize_model`` runs onnxruntime's own quantizers (ONNXQuantizer as ``quantize_dynamic`` drives it;
 MatMulNBitsQuantizer) on the graph with its large weights held aside, putting each weight back only
-where a quantizer reads it (``exporters.quantize._light_model``). The reference is the path it replaced:
+where a quantizer reads it (``exporters.quantizers.light_model``). The reference is the path it replaced:
 the whole model parsed from its bytes, ``quantize_dynamic`` writing a file that is read back. Both must
 give the same file: same nodes, same initializers bit for bit, same metadata — the same bytes.
 """
@@ -17,6 +17,7 @@ import ltsedge.exporters
 from ltsedge.architecture import Architecture
 from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters import quantize as q
+from ltsedge.exporters import quantizers
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import QuantOptions
 
@@ -92,18 +93,18 @@ def test_a_quantizer_that_reads_a_weight_held_aside_falls_back_to_the_documented
         raise AssertionError("unreachable")
 
     with pytest.raises(ValueError):  # what reading a weight held aside does
-        reads_everything(*q._light_model(exported), None)
-    monkeypatch.setitem(q._LIGHT_QUANTIZERS, precision, reads_everything)
+        reads_everything(*quantizers.light_model(exported), None)
+    monkeypatch.setitem(quantizers.LIGHT_QUANTIZERS, precision, reads_everything)
     assert_same_model(q.quantize_model(exported, precision), reference)
 
 
 def test_the_light_model_holds_every_large_weight_aside():
     exported = export_model(ARCHS[0], ExportOptions(precision="fp32"))
-    model, held = q._light_model(exported)
+    model, held = quantizers.light_model(exported)
     assert held and set(held) <= {name for name, _ in exported.weights}
     for tensor in model.graph.initializer:
         if tensor.name in held:
             assert not tensor.HasField("raw_data") and list(tensor.dims) == list(held[tensor.name].shape)
         else:
-            assert tensor.ByteSize() < 2 * q.SMALL_TENSOR
+            assert tensor.ByteSize() < 2 * quantizers.SMALL_TENSOR
     assert sum(t.ByteSize() for t in model.graph.initializer) < sum(a.nbytes for a in held.values()) / 10

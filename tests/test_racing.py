@@ -83,11 +83,11 @@ def test_the_coarse_policy_only_loosens():
     from ltsedge.devices import load_profile
     from ltsedge.runners.protocol import RunSettings
 
-    run = RunSettings.from_profile(load_profile("cpu"))
-    coarse = Race("decode", 1, (), 0.02).secondary(run)
-    assert coarse.tolerance >= run.tolerance and coarse.max_runs <= run.max_runs
-    assert coarse.min_runs <= coarse.max_runs and coarse.max_seconds < run.max_seconds
-    strict_one = run.__class__(**{**run.__dict__, "tolerance": 0.2, "min_runs": 2, "max_runs": 4})
+    settings = RunSettings.from_profile(load_profile("cpu"))
+    coarse = Race("decode", 1, (), 0.02).secondary(settings)
+    assert coarse.tolerance >= settings.tolerance and coarse.max_runs <= settings.max_runs
+    assert coarse.min_runs <= coarse.max_runs and coarse.max_seconds < settings.max_seconds
+    strict_one = settings.__class__(**{**settings.__dict__, "tolerance": 0.2, "min_runs": 2, "max_runs": 4})
     loose = Race("decode", 1, (), 0.02).secondary(strict_one)
     assert (loose.tolerance, loose.min_runs, loose.max_runs) == (0.2, 2, 4)  # already coarser: kept
 

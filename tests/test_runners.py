@@ -303,7 +303,7 @@ def test_corrupt_and_invalid_models(tmp_path, small_path):
 def test_whose_failure_an_error_is():
     """onnxruntime refusing a model is the model's failure (kept in the store); its running out of
     memory, or an error of anything else (ltsedge's own code), is the environment's (measured again)."""
-    from ltsedge.runners.worker import failure_kind
+    from ltsedge.runners.session import failure_kind
 
     try:
         onnxruntime.InferenceSession(b"not a model", providers=["CPUExecutionProvider"])
@@ -336,8 +336,8 @@ def test_a_sample_holds_at_least_one_run():
     runs = []
     count, per_run_ms = timing.runs_filling(lambda: runs.append(1), timing.MIN_SAMPLE_MS, SteppingClock())
     assert count == 1 and runs == [1] and per_run_ms > 0
-    run = SimpleNamespace(warmup=1, min_runs=6, max_runs=6, max_seconds=10.0, tolerance=0.5)
-    timed = timing.time_paired(lambda: None, lambda: None, 1.0, run, clock=SteppingClock())
+    settings = SimpleNamespace(warmup=1, min_runs=6, max_runs=6, max_seconds=10.0, tolerance=0.5)
+    timed = timing.time_paired(lambda: None, lambda: None, 1.0, settings, clock=SteppingClock())
     assert len(timed.ratios) == 6 and all(r > 0 for r in timed.ratios)
 
 

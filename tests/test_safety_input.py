@@ -95,11 +95,12 @@ def test_machine_without_a_scheduler_is_one_line(tmp_path, model, command):
 def test_an_agent_waits_a_bounded_time_for_its_scheduler(monkeypatch, capsys):
     pytest.importorskip("distributed")
     from ltsedge import cli
+    from ltsedge.cli import search_commands
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr(cli, "SCHEDULER_WAIT_S", 1.0)
+    monkeypatch.setattr(search_commands, "SCHEDULER_WAIT_S", 1.0)
     monkeypatch.setattr(sys, "argv", ["ltsedge", "agent", "--scheduler", f"tcp://127.0.0.1:{port}"])
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
@@ -185,7 +186,7 @@ def test_an_unreadable_weights_file_is_ltsedges_own_line_without_torch_warnings(
 def test_weights_that_are_not_floating_point_are_refused(dtype):
     torch = pytest.importorskip("torch")
     from ltsedge.backbones import get_backbone
-    from ltsedge.exporters.weights import checked_weights
+    from ltsedge.exporters.trained_weights import checked_weights
 
     arch = tiny_arch()
     backbone = get_backbone(arch.backbone)

@@ -18,9 +18,10 @@ import pytest
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.search.api import SearchOptions, resolve
-from ltsedge.search.checkpoint import RunState, load_checkpoint, save_checkpoint
+from ltsedge.search.checkpoint import SearchState, load_checkpoint, save_checkpoint
 from ltsedge.search.pareto import pareto_front
-from ltsedge.search.run import SearchRun, SearchSettings
+from ltsedge.search.loop import SearchRun
+from ltsedge.search.settings import SearchSettings
 from ltsedge.store import MeasurementStore
 from tests.conftest import tiny_arch
 from tests.helpers import fresh_algorithm, generation
@@ -77,7 +78,7 @@ def test_a_checkpoint_of_the_last_generation_has_nothing_left_to_run(tmp_path, d
     algorithm = fresh_algorithm(generations=3)
     for _ in range(done):
         generation(algorithm)
-    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=done))
+    save_checkpoint(tmp_path, "run-a", algorithm, SearchState(generation=done))
     resumed = fresh_algorithm(generations=3)
     load_checkpoint(tmp_path, "run-a", resumed)
     assert resumed.has_next() == (done < 3)
@@ -90,20 +91,20 @@ class Killed(BaseException):
 @pytest.mark.slow
 def test_rerunning_a_finished_or_killed_while_publishing_search_publishes_without_evolving(tmp_path, monkeypatch):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
-    import ltsedge.search.run as run_module
+    import ltsedge.search.loop as loop_module
 
-    real_finish = run_module.finish
+    real_finish = loop_module.finish
 
     def killed(*args, **kwargs):
         raise Killed
 
-    monkeypatch.setattr(run_module, "finish", killed)
+    monkeypatch.setattr(loop_module, "finish", killed)
     with pytest.raises(Killed):
         search(out, store)
     assert (out / "checkpoint.json").exists() and not (out / "frontier.json").exists()
     evolved = records(out)
 
-    monkeypatch.setattr(run_module, "finish", real_finish)
+    monkeypatch.setattr(loop_module, "finish", real_finish)
     log: list[str] = []
     resumed = search(out, store, log)  # publishing resumes; nothing is evolved
     assert any("completed its 1 generations" in m for m in log), log
@@ -148,7 +149,7 @@ def test_a_damaged_checkpoint_or_log_is_one_line(copy_of_finished, damage, words
 def test_a_checkpoint_of_an_absurd_population_is_damaged_not_a_crash(tmp_path):
     algorithm = fresh_algorithm()
     generation(algorithm)
-    save_checkpoint(tmp_path, "run-a", algorithm, RunState(generation=1))
+    save_checkpoint(tmp_path, "run-a", algorithm, SearchState(generation=1))
     data = json.loads((tmp_path / "checkpoint.json").read_text())
     population = data["algorithm"]["population"]
     for bad in ({**population, "X": [[99] * len(population["X"][0])] * len(population["X"])},  # genes off the space

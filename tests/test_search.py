@@ -19,7 +19,7 @@ from ltsedge.exporters import architecture_of
 from ltsedge.files import sha256_of
 from ltsedge.generation import greedy
 from ltsedge.search.api import SearchOptions, resolve
-from ltsedge.search.run import SearchRun
+from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ltsedge import __version__, store
+from ltsedge import __version__, store_sqlite
 from ltsedge.errors import LtsedgeError
 from ltsedge.keys import arch_key, file_key
 from ltsedge.store import MeasurementStore, default_store_path
@@ -272,7 +272,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn.execute("UPDATE schema_version SET version = 99")
     conn.commit()
     conn.close()
-    with pytest.raises(LtsedgeError, match=rf"schema version 99, .* only knows up to {store.SCHEMA_VERSION}; upgrade ltsedge"):
+    with pytest.raises(LtsedgeError, match=rf"schema version 99, .* only knows up to {store_sqlite.SCHEMA_VERSION}; upgrade ltsedge"):
         MeasurementStore(path)
 
 
@@ -280,10 +280,10 @@ def test_older_schema_is_migrated(tmp_path, monkeypatch):
     path = tmp_path / "m.sqlite"
     with MeasurementStore(path) as s:
         put(s, KEY, SUCCESS)
-    current = store.SCHEMA_VERSION  # a release one schema newer than this one
-    monkeypatch.setattr(store, "SCHEMA_VERSION", current + 1)
-    monkeypatch.setattr(store, "_MIGRATIONS",
-                        {**store._MIGRATIONS, current: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
+    current = store_sqlite.SCHEMA_VERSION  # a release one schema newer than this one
+    monkeypatch.setattr(store_sqlite, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setattr(store_sqlite, "MIGRATIONS",
+                        {**store_sqlite.MIGRATIONS, current: ["ALTER TABLE measurements ADD COLUMN note TEXT"]})
     with MeasurementStore(path) as s:
         assert s.get(*KEY) == SUCCESS
         assert s.rows()[0]["note"] is None
@@ -337,7 +337,7 @@ def test_unwritable_directory(tmp_path):
 
 
 def test_lock_held_too_long_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(store_sqlite, "BUSY_TIMEOUT_S", 0.1)
     path = tmp_path / "m.sqlite"
     MeasurementStore(path).close()
     holder = sqlite3.connect(path, isolation_level=None)

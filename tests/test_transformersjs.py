@@ -27,7 +27,7 @@ from ltsedge.backbones import get_backbone
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import export_to_path, write_bundle
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.weights import load_state_dict
+from ltsedge.exporters.trained_weights import load_state_dict
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "generate.mjs"
 PACKAGE_DIR = os.environ.get("LTSEDGE_TRANSFORMERSJS_DIR")

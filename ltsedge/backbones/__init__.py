@@ -3,7 +3,7 @@
 One package per backbone (``gpt2/``: ``params.py`` the analytic counts, ``model.py`` the PyTorch
 reference, ``graph.py`` the ONNX graph, ``__init__.py`` the ``Backbone`` that ties them together);
 building blocks several backbones share live beside them (``adaptive/``: adaptive embeddings and
-softmax; ``weights.py``: the shared random-weight pool). Adding a backbone = adding its package and
+softmax; ``random_weights.py``: the shared random-weight pool). Adding a backbone = adding its package and
 one ``register`` line below.
 """
 

@@ -84,7 +84,7 @@ class Backbone:
 
     def build_model(self, arch: Architecture, seed: int = 0, shared_weights: bool = False):
         """The reference ``torch.nn.Module`` in eval mode, deterministically initialised from ``seed``."""
-        from ltsedge.backbones.weights import materialize
+        from ltsedge.backbones.random_weights import materialize
 
         return materialize(self.empty_model(arch), seed, shared_weights)
 

@@ -11,9 +11,9 @@ limit, noise-aware), ``previous`` (``--against`` files, matching, machine finger
 (measure, re-measure close calls), ``report`` (table, JSON, exit code), ``junit`` (the XML report).
 """
 
-from ltsedge.check.budgets import ModelBudgets, load_budgets
-from ltsedge.check.report import CheckReport, ModelResult
-from ltsedge.check.run import run_check
+from ltsedge.check.budgets_file import ModelBudgets, load_budgets
+from ltsedge.check.result import CheckReport, ModelResult
+from ltsedge.check.api import run_check
 from ltsedge.check.verdict import Check
 
 __all__ = ["ModelBudgets", "Check", "CheckReport", "ModelResult", "load_budgets", "run_check"]

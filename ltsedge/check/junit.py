@@ -37,7 +37,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 
 if TYPE_CHECKING:
-    from ltsedge.check.report import CheckReport, ModelResult
+    from ltsedge.check.result import CheckReport, ModelResult
 
 SUITE_NAME = "ltsedge check"
 FAILURE_TYPES = {"budget": "BudgetExceeded", "regression": "Regression"}

@@ -6,8 +6,8 @@ Raspberry Pi 4 says nothing about a Pi 5). Its hash covers only identity fields,
 so the CPU is named from its implementer and part codes; the board comes from the device tree.
 
 Nothing here ever raises on a missing or odd /proc or /sys file: it falls back, or reports None.
-``root`` is injectable so the tests read sample files from tests/data/.
-(Over 300 lines because of data: the ARM part-number table, and one small reader per /proc or /sys source.)
+``root`` is injectable so the tests read sample files from tests/data/. The readings taken beside
+every measurement (temperature, throttling, clock, load) are ``sensors.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,6 @@ IDENTITY = ("arch", "cpu_model", "board", "cpu_implementer", "cpu_part", "logica
 # fingerprints of machines without them unchanged. A CPU quota (cgroups) limits the cores a process
 # gets, a GPU is what a CUDA profile measures.
 OPTIONAL_IDENTITY = ("cpu_quota", "gpu_model")
-PI_THROTTLED_NOW = 0xF  # get_throttled bits 0-3: under-voltage, frequency capped, throttled, soft limit
 
 
 def machine_fingerprint(profile: Any = None, root: Path = ROOT) -> dict[str, Any]:
@@ -99,15 +97,15 @@ def fingerprint_hash(fp: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 def _cpu_quota(root: Path) -> float | None:
     """Cores this process may use under a cgroup CPU quota (containers, CI runners); None when unlimited."""
-    own = _read_text(root / "proc/self/cgroup") or ""
+    own = read_text(root / "proc/self/cgroup") or ""
     v2 = next((line[3:].strip() for line in own.splitlines() if line.startswith("0::")), "")
     for path in ([f"sys/fs/cgroup{v2.rstrip('/')}/cpu.max"] if v2 else []) + ["sys/fs/cgroup/cpu.max"]:
-        text = _read_text(root / path)
+        text = read_text(root / path)
         if text:
             fields = text.split()  # "max 100000" or "150000 100000": quota and period in microseconds
             return None if fields[0] == "max" or len(fields) < 2 else _ratio(fields[0], fields[1])
-    quota = _read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_quota_us")  # cgroup v1
-    period = _read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    quota = read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_quota_us")  # cgroup v1
+    period = read_text(root / "sys/fs/cgroup/cpu/cpu.cfs_period_us")
     return _ratio(quota, period) if quota and period else None
 
 
@@ -142,7 +140,7 @@ def _gpu_model(device_id: int) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # /proc/cpuinfo
 # ---------------------------------------------------------------------------------------------
-def _read_text(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_bytes().decode("utf-8", errors="replace")
     except OSError:
@@ -151,7 +149,7 @@ def _read_text(path: Path) -> str | None:
 
 def _cpuinfo_blocks(root: Path) -> list[dict[str, str]]:
     """/proc/cpuinfo as one dict per blank-line separated block; lines without "key : value" are skipped."""
-    text = _read_text(root / "proc/cpuinfo") or ""
+    text = read_text(root / "proc/cpuinfo") or ""
     blocks, current = [], {}
     for line in text.splitlines():
         if not line.strip():
@@ -175,7 +173,7 @@ def _first(blocks: list[dict[str, str]], *keys: str) -> str | None:
     return None
 
 
-def _hex(text: str | None) -> int | None:
+def parse_hex(text: str | None) -> int | None:
     try:
         return int(text, 16) if text else None
     except ValueError:
@@ -186,7 +184,7 @@ def _arm_core(blocks: list[dict[str, str]]) -> tuple[str | None, str | None]:
     """("ARM", "Cortex-A72"); big.LITTLE boards give every core type: "Cortex-A55+Cortex-A76"."""
     codes = []
     for block in blocks:
-        impl, part = _hex(block.get("CPU implementer")), _hex(block.get("CPU part"))
+        impl, part = parse_hex(block.get("CPU implementer")), parse_hex(block.get("CPU part"))
         if impl is not None and (impl, part) not in codes:
             codes.append((impl, part))
     if not codes:
@@ -212,13 +210,13 @@ def _cpu_model(blocks: list[dict[str, str]], implementer: str | None, part: str 
 
 def _board(root: Path, blocks: list[dict[str, str]]) -> str | None:
     for path in ("proc/device-tree/model", "sys/firmware/devicetree/base/model"):
-        text = _read_text(root / path)
+        text = read_text(root / path)
         if text and text.strip("\x00\n "):
             return text.strip("\x00\n ")
     model = _first(blocks, "Model")  # Raspberry Pi kernels also print the board in cpuinfo
     if model:
         return model
-    product = _read_text(root / "sys/devices/virtual/dmi/id/product_name")  # x86 machines and VMs
+    product = read_text(root / "sys/devices/virtual/dmi/id/product_name")  # x86 machines and VMs
     return product.strip() if product and product.strip() else None
 
 
@@ -242,7 +240,7 @@ def _physical_cores(blocks: list[dict[str, str]]) -> int | None:
 
 
 def _memory_total_mb(root: Path) -> float | None:
-    text = _read_text(root / "proc/meminfo") or ""
+    text = read_text(root / "proc/meminfo") or ""
     m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
     if m:
         return round(int(m.group(1)) / 1024, 1)
@@ -265,77 +263,8 @@ def _onnxruntime_version() -> str | None:
         return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Sensors: each returns None where unreadable and never raises.
-# ---------------------------------------------------------------------------------------------
-def read_temperature_c(root: Path = ROOT) -> float | None:
-    """The hottest thermal zone, in degrees Celsius (the files hold millidegrees)."""
-    temps = []
-    for path in sorted((root / "sys/class/thermal").glob("thermal_zone*/temp")):
-        try:
-            temps.append(int((_read_text(path) or "").strip()) / 1000)
-        except ValueError:
-            continue
-    temps = [t for t in temps if -40 < t < 200]  # some zones report 0 or garbage when off
-    return max(temps) if temps else None
-
-
-def read_throttled(root: Path = ROOT) -> bool | None:
-    """Raspberry Pi firmware: is the SoC throttled right now? None on other machines.
-
-    Only the "currently" bits (0-3) count: bits 16-19 record that it happened since boot, and would
-    mark every later measurement as throttled.
-    """
-    text = _read_text(root / "sys/devices/platform/soc/soc:firmware/get_throttled")
-    if text is None and root == ROOT and shutil.which("vcgencmd"):
-        try:
-            result = subprocess.run(["vcgencmd", "get_throttled"], capture_output=True, text=True, timeout=2)
-            text = result.stdout.partition("=")[2]  # "throttled=0x50005"
-        except (OSError, subprocess.SubprocessError):
-            text = None
-    value = _hex((text or "").strip().removeprefix("0x"))
-    return None if value is None else bool(value & PI_THROTTLED_NOW)
-
-
-def read_cpu_freq_mhz(root: Path = ROOT) -> float | None:
-    text = _read_text(root / "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq")
-    try:
-        return int((text or "").strip()) / 1000  # kHz
-    except ValueError:
-        pass
-    if root != ROOT:
-        return None
-    try:
-        import psutil
-
-        freq = psutil.cpu_freq()
-        return float(freq.current) if freq and freq.current else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def read_load_avg() -> float | None:
-    """One-minute load average."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
-@dataclass(frozen=True)
-class Sensors:
-    """The four readings taken with every measurement; a test passes its own."""
-
-    root: Path = ROOT
-
-    def read(self) -> dict[str, Any]:
-        return {"load_avg": read_load_avg(), "cpu_freq_mhz": read_cpu_freq_mhz(self.root),
-                "temperature_c": read_temperature_c(self.root), "throttled": read_throttled(self.root)}
-
-    def temperature_c(self) -> float | None:
-        return read_temperature_c(self.root)
-
-
 if __name__ == "__main__":  # quick look: python -m ltsedge.devices.fingerprint
+    from ltsedge.devices.sensors import Sensors
+
     json.dump({**machine_fingerprint(), **Sensors().read()}, sys.stdout, indent=2)
     print()

@@ -141,7 +141,7 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     keeps ``options``: its files are written as its ``external_data`` says.
 
     Random weights unless ``weights`` (a ``state_dict`` of the reference model, e.g. from
-    ``exporters.weights.load_state_dict``; ``weights_source`` names it in errors) is given;
+    ``exporters.trained_weights.load_state_dict``; ``weights_source`` names it in errors) is given;
     ``shared_weights`` (the default) draws the random matrices from the shared buffer, which makes
     building a candidate instant; without it every tensor is freshly initialised (slower, same graph).
     ``seed`` replaces the architecture's own seed of the random weights.
@@ -160,7 +160,7 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     require("torch", "exporting an architecture (its PyTorch reference model is built)")
     check_fits_in_memory(arch)
     if weights is not None:
-        from ltsedge.exporters.weights import checked_weights
+        from ltsedge.exporters.trained_weights import checked_weights
 
         arrays = checked_weights(weights, backbone.empty_model(arch), weights_source, backbone.tied_aliases)
     else:

@@ -239,7 +239,7 @@ def export_to_path(arch, output: str | Path, options: ExportOptions | None = Non
     random weights, or the trained ones of a weights file. Returns (the ExportedModel, file path ->
     sha256; a bundle's ``generated`` names the tokenizer companions made from tokenizer.json)."""
     from ltsedge.exporters import export_model
-    from ltsedge.exporters.weights import load_state_dict
+    from ltsedge.exporters.trained_weights import load_state_dict
 
     options = ExportOptions() if options is None else options
     check_precision(options.precision, options.target.runtime)  # before any file is read or written

@@ -15,7 +15,7 @@
 
 Neither quantizer rewrites ``Gemm``: a quantized export is built with its linear layers as MatMul +
 Add (``GraphBuilder(gemm=False)``). Quantizing is part of a candidate's cost (benchmarks/export.py
---quantized): the quantizers are given the graph with its large weights held aside (``_light_model``),
+--quantized): the quantizers are given the graph with its large weights held aside (``quantizers.light_model``),
 each put back only where a quantizer reads it, so that what the tools do around the quantizing (a copy
 of the model, a file written and read back, shape inference, twice for int8) costs nothing per weight.
 The file is the one ``quantize_dynamic`` / ``MatMulNBitsQuantizer`` give (tests/test_quantize_fast.py).
@@ -27,11 +27,11 @@ import contextlib
 import json
 import logging
 import tempfile
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.quantizers import LIGHT_QUANTIZERS, QUANTIZERS, SMALL_TENSOR, light_model
 from ltsedge.keys import DEFAULT_PRECISION
 from ltsedge.ortcompat import parse_version
 
@@ -42,7 +42,6 @@ PRECISIONS = ("fp32", "fp16", "int8", "int4")
 MIN_ORT = {"int4": (1, 17)}
 FP16_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 INT4_BLOCK_SIZES = (16, 32, 64, 128, 256)
-SMALL_TENSOR = 1024  # bytes: initializers below this stay in the graph's protobuf
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def quantize_model(exported, precision: str, options: QuantOptions | None = None
 
 def _quantize(exported, precision: str, options: QuantOptions, *, light: bool):
     """``light``: int8 and int4 run onnxruntime's quantizers on the graph with its large weights held aside
-    (``_light_model``), each weight put in only where a quantizer reads it; else (the reference the tests
+    (``light_model``), each weight put in only where a quantizer reads it; else (the reference the tests
     compare it with, and the fallback) the whole model goes through ``quantize_dynamic`` and a file."""
     from onnx import helper, numpy_helper
 
@@ -113,10 +112,10 @@ def _quantize(exported, precision: str, options: QuantOptions, *, light: bool):
                            f"over protobuf's 2 GB is not supported yet (export it in fp32)")
     held: dict = {}  # name -> the exporter's own array, for the weights the quantizer was given without data
     with _quiet():
-        if light and precision in _LIGHT_QUANTIZERS:
+        if light and precision in LIGHT_QUANTIZERS:
             try:
-                model, held = _light_model(exported)
-                proto = _LIGHT_QUANTIZERS[precision](model, held, options)
+                model, held = light_model(exported)
+                proto = LIGHT_QUANTIZERS[precision](model, held, options)
             except Exception:  # noqa: BLE001
                 # An onnxruntime whose quantizer reads a weight held aside (no data: it raises) takes the
                 # documented path, which gives the same model (tests/test_quantize_fast.py), only slower.
@@ -160,46 +159,7 @@ def _reference_proto(exported, precision: str, options: QuantOptions):
 
     model = onnx.load_from_string(exported.to_bytes())
     with tempfile.TemporaryDirectory(prefix="ltsedge-quantize-") as scratch:
-        return _QUANTIZERS[precision](model, Path(scratch), options)
-
-
-def _light_model(exported):
-    """The model the quantizers are given: the exported graph with every weight of 1 KiB or more as an
-    initializer holding its name, type and shape but no data (held aside: name -> array); smaller ones
-    whole, as ``to_bytes`` writes them. What the tools do with the model — shape inference, their copies,
-    their files — then costs nothing per weight; ``_fill`` puts data in where a quantizer reads it.
-
-    The tools' own round trip through a file (``save_and_reload_model_with_shape_infer``) saves every
-    tensor of 1 KiB or more as external data, which its shape inference does not read either."""
-    import onnx
-
-    model = onnx.ModelProto()
-    model.CopyFrom(exported.proto)  # no weights in it: a small copy
-    held = {}
-    for name, array in exported.weights:
-        tensor = model.graph.initializer.add()
-        tensor.name = name
-        tensor.data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-        tensor.dims.extend(array.shape)
-        if array.ndim and array.nbytes >= SMALL_TENSOR:
-            held[name] = array
-        else:
-            tensor.raw_data = _little_endian_bytes(array)
-    return model, held
-
-
-def _fill(graph, held: dict, names: Iterable[str]) -> None:
-    """Put the held weights ``names`` back into ``graph``'s initializers (the ones a quantizer reads)."""
-    names = set(names) & held.keys()
-    for tensor in graph.initializer:
-        if tensor.name in names and not tensor.HasField("raw_data"):
-            tensor.raw_data = _little_endian_bytes(held[tensor.name])
-
-
-def _little_endian_bytes(array) -> bytes:
-    import numpy as np
-
-    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        return QUANTIZERS[precision](model, Path(scratch), options)
 
 
 def precision_fields(exported) -> dict:
@@ -224,75 +184,6 @@ def _quiet():
         logging.disable(previous)
 
 
-def _int8(model, scratch: Path, options: QuantOptions):
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    target = scratch / "int8.onnx"
-    # Only weights: MatMuls with a constant right-hand side (attention's activation x activation
-    # MatMuls stay fp32, as in onnxruntime's own Transformer recipes).
-    nodes = list(_constant_weight_nodes(model))
-    quantize_dynamic(model, target, op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
-                     per_channel=options.per_channel, weight_type=QuantType.QInt8,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-    return onnx.load(str(target))
-
-
-def _int4(model, scratch: Path | None, options: QuantOptions):
-    from ltsedge.extras import require
-
-    require("onnx_ir", "--precision int4 (onnxruntime's MatMulNBitsQuantizer)")
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=options.block_size, is_symmetric=options.symmetric,
-                                     accuracy_level=options.accuracy_level, op_types_to_quantize=("MatMul",))
-    quantizer.process()
-    return quantizer.model.model
-
-
-def _fp16(model, scratch: Path, options: QuantOptions):
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    # Inputs and outputs stay fp32 (the declared I/O spec); Cast nodes sit at the edges.
-    return convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
-
-
-_QUANTIZERS = {"int8": _int8, "int4": _int4, "fp16": _fp16}
-
-
-def _int8_light(model, held: dict, options: QuantOptions):
-    """``quantize_dynamic``'s own steps (onnxruntime/quantization/quantize.py, as of 1.20 and 1.32), in memory: its
-    shape inference, its ONNXQuantizer (which infers shapes again on its own copy), its quantization, the
-    topological sort its ``save_model_to_file`` does; the weights the quantizer reads are put back into the
-    quantizer's copy before it quantizes. No file is written and read back with the weights in it."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quant_utils
-    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
-    from onnxruntime.quantization.quant_utils import QuantizationMode
-
-    nodes = list(_constant_weight_nodes(model))
-    inputs = {i for n in model.graph.node if n.name in nodes for i in n.input}
-    model = quant_utils.save_and_reload_model_with_shape_infer(model)
-    if hasattr(quant_utils, "update_opset_version"):  # not in 1.20; a no-op for int8 weights at opset >= 11
-        model = quant_utils.update_opset_version(model, QuantType.QInt8)
-    extra_options = {"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True}
-    quantizer = ONNXQuantizer(model, options.per_channel, False, QuantizationMode.IntegerOps, False, QuantType.QInt8,
-                              QuantType.QUInt8, None, nodes, [], ["MatMul"], extra_options)
-    _fill(quantizer.model.model.graph, held, inputs)
-    quantizer.quantize_model()
-    quantizer.model.topological_sort()
-    return quantizer.model.model
-
-
-def _int4_light(model, held: dict, options: QuantOptions):
-    """MatMulNBitsQuantizer as ``_int4`` runs it (in memory, in place), every MatMul's weights put back first."""
-    _fill(model.graph, held, (i for n in model.graph.node if n.op_type == "MatMul" for i in n.input))
-    return _int4(model, None, options)
-
-
-_LIGHT_QUANTIZERS = {"int8": _int8_light, "int4": _int4_light}
-
-
 def _copy(tensor):
     import onnx
 
@@ -309,59 +200,3 @@ def _nbytes(tensor) -> int:
     for d in tensor.dims:
         count *= d
     return count * bits // 8
-
-
-def _constant_weight_nodes(model) -> Iterable[str]:
-    """Names of the MatMul nodes whose weight (B) is a float initializer."""
-    import onnx
-
-    floats = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
-    for node in model.graph.node:
-        if node.op_type == "MatMul" and node.input[1] in floats:
-            yield node.name
-
-
-# ---------------------------------------------------------------------------------------------
-# What a model holds (``ltsedge check``)
-# ---------------------------------------------------------------------------------------------
-EIGHT_BIT_OPS = ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "QGemm",
-                 "QAttention", "QLinearMatMul", "QLinearConv", "QLinearAdd", "QLinearMul", "QuantizeLinear",
-                 "DequantizeLinear")
-N_BIT_OPS = ("MatMulNBits", "GatherBlockQuantized")  # a ``bits`` attribute, 4 when absent
-FOUR_BIT_OPS = ("MatMulBnb4",)
-
-
-def precision_of(proto) -> dict:
-    """The precision a model runs its weights at, from its operators: ``{"precision": "int4",
-    "quantized_ops": {"MatMulNBits": 12}}``. The narrowest bit width found wins (a model may keep its
-    embedding Gathers in int8 and its MatMuls in int4); no quantized operator: fp16 if it holds fp16
-    weights, else fp32."""
-    import onnx
-
-    ops: dict[str, int] = {}
-    bits = []
-    for node in _all_nodes(proto.graph):
-        if node.op_type in N_BIT_OPS:
-            bits.append(next((a.i for a in node.attribute if a.name == "bits"), 4))
-        elif node.op_type in FOUR_BIT_OPS:
-            bits.append(4)
-        elif node.op_type in EIGHT_BIT_OPS:
-            bits.append(8)
-        else:
-            continue
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    if bits:
-        precision = f"int{min(bits)}"
-    elif any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
-        precision = "fp16"
-    else:
-        precision = "fp32"
-    return {"precision": precision, "quantized_ops": dict(sorted(ops.items()))}
-
-
-def _all_nodes(graph):
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:  # subgraphs (If, Loop, Scan)
-            for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                yield from _all_nodes(sub)

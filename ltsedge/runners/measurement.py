@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
+from ltsedge.runners import stats
 from ltsedge.validate import reject_unknown
 
 
@@ -112,3 +113,26 @@ def rescaled(measurement: dict, calibration_ms: float) -> dict:
         out["workloads"] = {name: {**w, **{k: w[k] * factor for k in LATENCY_FIELDS if w.get(k) is not None}}
                             for name, w in out["workloads"].items()}
     return out
+
+
+# The figures of a success that come from its primary workload's (the forward pass's, else the first).
+PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
+                  "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
+                  "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
+
+
+def calibrated(samples: dict, calibration_ms: float) -> dict:
+    """A workload's paired samples -> its figures: the median ratio to the reference, in ms through the
+    run's calibration, with the median's interval and the coverage it really has."""
+    ratios = [m / r for m, r in zip(samples["model_ms"], samples["reference_ms"]) if r > 0]
+    summary = stats.summarize(ratios)
+    low, high, coverage = stats.interval_with_coverage(sorted(ratios))
+    return {"latency_ms": summary["latency_ms"] * calibration_ms, "latency_ratio": summary["latency_ms"],
+            "latency_p90_ms": summary["latency_p90_ms"] * calibration_ms,
+            "latency_min_ms": summary["latency_min_ms"] * calibration_ms, "latency_cv": summary["latency_cv"],
+            "latency_low_ms": low * calibration_ms, "latency_high_ms": high * calibration_ms,
+            "latency_coverage": coverage, "runs": len(ratios), "converged": samples["converged"],
+            "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
+            "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
+            "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
+            "coarse": samples.get("coarse", False)}

@@ -20,13 +20,19 @@ in ms while their ratios moved 1-10%). So the machine's speed is measured carefu
 windows of the reference alone; a low quantile of their medians: the machine when quiet) and kept in
 the store; every run's ms are its ratios times that, and its own start-up calibration is reported beside
 it as the machine's state now (and stays the drift guard's baseline: the guard works within a run).
+``pinned_calibration`` takes it from the store, or measures and stores it once.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ltsedge.runners.runner import Runner
 
 WAIT_STEP_S = 1.0  # how often to re-read the temperature while waiting
 DRIFT_FLOOR = 0.10  # a shared VM's reference wanders by a few percent all day
@@ -156,3 +162,29 @@ class DriftGuard:
         beyond = abs(change) > self.limit
         self.history = (self.history + [change])[-self.HISTORY:]
         return beyond
+
+
+def pinned_calibration(store, runner: Runner, *, redo: bool = False,
+                       log: Callable[[str], None] | None = None) -> PinnedCalibration:
+    """The machine's pinned calibration for the runner's runtime settings, from ``store``; measured (and
+    stored) when the store has none, or when ``redo``. Making it is said in one line on ``log``."""
+    from ltsedge.keys import calibration_key, runtime_settings
+
+    fingerprint = runner.fingerprint()
+    key = calibration_key(fingerprint, runner.profile)
+    stored = None if redo else store.get_calibration(*key)
+    if stored is not None:
+        try:
+            return PinnedCalibration.from_dict(stored)
+        except ValueError:
+            pass  # damaged: measured again, and replaced
+    if not redo:
+        (log or _note)(f"no pinned calibration of this machine with {runner.profile.name}'s runtime settings yet: "
+                       f"measuring it once ({PIN_WINDOWS} x {PIN_WINDOW_S:g} s of the reference model)")
+    pinned = runner.measure_pinned()
+    store.put_calibration(*key, pinned.to_dict(), fingerprint=fingerprint, settings=runtime_settings(runner.profile))
+    return pinned
+
+
+def _note(message: str) -> None:
+    print(f"ltsedge: {message}", file=sys.stderr)

@@ -36,12 +36,12 @@ class Race:
     first_estimate: int = 6  # samples before deciding: [min, max] of 6 covers the median with 96.9%
     coarse_others: bool = True  # time the other workloads coarsely (``secondary``)
 
-    def secondary(self, run):
-        """The repeat policy for a workload other than the race's: ``run`` (a RunSettings) made coarse."""
-        min_runs = min(run.min_runs, SECONDARY_MIN_RUNS)
-        return dataclasses.replace(run, tolerance=max(run.tolerance, SECONDARY_TOLERANCE), min_runs=min_runs,
-                                   max_runs=max(min_runs, min(run.max_runs, SECONDARY_MAX_RUNS)),
-                                   max_seconds=run.max_seconds / 4)
+    def secondary(self, settings):
+        """The repeat policy for a workload other than the race's: ``settings`` (a RunSettings) made coarse."""
+        min_runs = min(settings.min_runs, SECONDARY_MIN_RUNS)
+        return dataclasses.replace(settings, tolerance=max(settings.tolerance, SECONDARY_TOLERANCE), min_runs=min_runs,
+                                   max_runs=max(min_runs, min(settings.max_runs, SECONDARY_MAX_RUNS)),
+                                   max_seconds=settings.max_seconds / 4)
 
     def settled(self, ratios: list[float], memory_mb: float | None) -> bool:
         """Is the candidate off the front (or over budget) beyond its uncertainty?"""

@@ -5,11 +5,11 @@ thread and one ``ltsedge`` resource, so it never times two models at once, and a
 machine fingerprint, so a search is served only by boards of one kind (mixing boards would mix
 figures). Inside the agent an ordinary ``Runner`` measures, with the board's own pinned calibration
 (kept in the board's own measurement store: $LTSEDGE_STORE or its cache directory) and its own drift
-guard: the board's figures are made exactly as a local search makes them.
+guard: the board's figures are made exactly as a local search makes them (``agent.py``).
 
-``RemoteRunner`` is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
+``RemoteRunner``, here, is the search host's side: the ``Runner`` interface the evaluator uses, over a Dask
 client. Models travel as their ONNX bytes, with the external data files they name (written beside
-them on the agent, as onnxruntime looks for them). Each figure comes back with the agent that measured it
+them on the agent, as onnxruntime looks for them: ``model_payload.py``). Each figure comes back with the agent that measured it
 and is handed to ``on_result`` as it arrives (the store keeps it at once). An agent that dies in the
 middle of a model: Dask runs the task again on another agent, and the figure is recorded once; a
 board whose measuring worker dies under a model gets the model measured once more, by whichever agent
@@ -30,136 +30,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import tempfile
-import threading
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ltsedge.devices import DeviceProfile
-from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
+from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LostConnection, LtsedgeError
+from ltsedge.runners.agent import MACHINE, SLOT, agent_info, distributed_module, measure_on_agent
 from ltsedge.runners.measurement import Measurement, rescaled
+from ltsedge.runners.model_payload import payload
 from ltsedge.runners.policy import Calibration
-from ltsedge.runners.racing import Race
 
-SLOT = "ltsedge"  # one per agent: one measurement at a time
-MACHINE = "ltsedge-machine-"  # + fingerprint hash: which boards may serve a search
 ANSWER_SLACK_S = 60.0  # beyond the profile's per-model timeout: shipping, loading, the agent's calibration
 
 
-def _distributed():
-    from ltsedge.extras import require
-
-    return require("distributed", "measuring on a fleet")
-
-
-# ---------------------------------------------------------------------------------------------
-# The agent (runs on the board)
-# ---------------------------------------------------------------------------------------------
-class _Agent:
-    """This process's measuring state: its device profile, and one Runner per profile a search sends
-    (the search's own, and the stricter one its frontier is re-measured with)."""
-
-    def __init__(self, profile: DeviceProfile, store_path: str | Path | None = None):
-        self.profile, self.store_path = profile, store_path
-        self.fingerprint = machine_fingerprint(profile)
-        self.runners: dict[str, Any] = {}
-        self.lock = threading.Lock()  # one measurement at a time, also against an info request
-
-    def runner(self, profile: DeviceProfile):
-        from ltsedge.runners.runner import Runner, pinned_calibration
-        from ltsedge.store import MeasurementStore
-
-        key = profile.settings_hash()
-        if key not in self.runners:
-            runner = Runner(profile)
-            try:
-                with MeasurementStore(self.store_path) as store:  # this board's pinned calibration
-                    runner.use_pinned(pinned_calibration(store, runner))
-            except BaseException:
-                runner.close()
-                raise
-            self.runners[key] = runner
-        return self.runners[key]
-
-    def close(self) -> None:
-        for runner in self.runners.values():
-            runner.close()
-
-
-_AGENT: _Agent | None = None
-
-
-def _agent() -> _Agent:
-    if _AGENT is None:
-        raise RuntimeError("this Dask worker is not an ltsedge agent (start it with `ltsedge agent`)")
-    return _AGENT
-
-
-def agent_info() -> dict:
-    """What a search host asks every agent: its machine, profile and calibration."""
-    agent = _agent()
-    with agent.lock:
-        calibration = agent.runner(agent.profile).calibrate()
-    runner = agent.runners[agent.profile.settings_hash()]
-    spread = runner.pinned.spread if runner.pinned else 0.0
-    return {"fingerprint": agent.fingerprint, "profile": agent.profile.name,
-            "execution_provider": agent.profile.execution_provider,
-            "calibration": {**calibration.to_dict(), "spread": spread},
-            "host": socket.gethostname()}
-
-
-def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, race: Race | None,
-                     data: dict[str, bytes] | None = None) -> dict:
-    """The task a search sends: measure one model here, under the search's profile. Runs in the agent's
-    one task thread. ``data``: the model's external data files, by the locations it names."""
-    agent = _agent()
-    with agent.lock, tempfile.TemporaryDirectory(prefix="ltsedge-agent-") as folder:
-        if data:  # the model and its data side by side, as onnxruntime looks for them
-            model = _write_beside(Path(folder), model, data)
-        m = agent.runner(profile).measure(model, shapes=shapes, race=race)
-    worker = _distributed().get_worker()
-    m.agent = f"{worker.name} ({socket.gethostname()})" if worker.name else worker.address
-    return m.to_dict()
-
-
-def run_agent(scheduler: str, profile: DeviceProfile, *, name: str | None = None,
-              ready: Callable[[str], None] | None = None, store_path: str | Path | None = None) -> None:
-    """Serve measurements for ``scheduler`` until it goes away (or Ctrl-C); ``store_path``: where the
-    board keeps its pinned calibration (default: its measurement store)."""
-    global _AGENT
-    distributed = _distributed()
-    import asyncio
-
-    _AGENT = _Agent(profile, store_path)
-    resources = {SLOT: 1, MACHINE + fingerprint_hash(_AGENT.fingerprint): 1}
-
-    async def serve() -> None:
-        async with distributed.Worker(scheduler, nthreads=1, resources=resources, name=name,
-                                      validate=False) as worker:
-            if ready:
-                ready(worker.address)
-            await worker.finished()
-
-    try:
-        asyncio.run(serve())
-    except OSError as e:
-        raise LtsedgeError(f"cannot reach the scheduler {scheduler}: {e}") from None
-    finally:
-        _AGENT.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# The search host's side
-# ---------------------------------------------------------------------------------------------
 class RemoteRunner:
     """The ``Runner`` interface, measuring on the agents of one machine fingerprint."""
 
     def __init__(self, profile: DeviceProfile, scheduler: str, *, machine: str | None = None,
                  log: Callable[[str], None] | None = None, timeout_s: float = 30.0, **_: Any):
-        distributed = _distributed()
+        distributed = distributed_module()
         self.profile, self.log = profile, log or (lambda m: None)
         # Dask logs a lost connection with its tracebacks; the user gets ltsedge's one line instead.
         for name in ["distributed", *[n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]]:
@@ -215,7 +105,7 @@ class RemoteRunner:
         """Every model on some agent of the chosen machine; results handed over as they arrive. A
         failure of the environment (the board's worker died, ran out of memory) is tried once more."""
         report = on_result or (lambda i, m: None)
-        payloads = [_payload(m) for m in models]
+        payloads = [payload(m) for m in models]
         futures = {}
 
         def submit(i: int):
@@ -256,7 +146,7 @@ class RemoteRunner:
 
     def _first_answers(self, pending: set):
         """(done, not done) as soon as one model is back; None when none is within the answer timeout."""
-        distributed = _distributed()
+        distributed = distributed_module()
         try:
             return distributed.wait(pending, timeout=self.answer_timeout_s, return_when="FIRST_COMPLETED")
         except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
@@ -302,65 +192,3 @@ class RemoteRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _read(path, what: str = "model") -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise LtsedgeError(f"cannot read {what} {path}: {e.strerror or e}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Models with external data: the .onnx names its weights' files, which travel with it
-# ---------------------------------------------------------------------------------------------
-AGENT_MODEL = "model.onnx"  # the model's name on the agent, beside its data files
-
-
-def _payload(model) -> tuple[bytes, dict[str, bytes] | None]:
-    """What a model travels as: its bytes, and the external data files it names (by location)."""
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model), None
-    path = Path(model)
-    content = _read(path)
-    locations = external_data_locations(content, path)
-    return content, {name: _read(path.parent / name, f"external data of {path}:") for name in locations} or None
-
-
-def external_data_locations(content: bytes, path) -> list[str]:
-    """The files beside the model that hold its external data (relative paths, each once)."""
-    if b"location" not in content:  # the key every external tensor carries: most models, no parsing
-        return []
-    import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-
-    try:
-        proto = onnx.ModelProto.FromString(content)
-    except Exception:  # noqa: BLE001 - protobuf's DecodeError: the agent's onnxruntime says why it does not load
-        return []
-    locations = sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
-    for location in locations:
-        _check_location(location, path)
-    return locations
-
-
-def _check_location(location: str, model) -> None:
-    parts = PurePosixPath(location.replace("\\", "/")).parts
-    if not parts or location.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-        raise LtsedgeError(f"model {model} names external data {location!r} outside its own directory; "
-                           f"it cannot be measured on a fleet")
-
-
-def _write_beside(folder: Path, model: bytes, data: dict[str, bytes]) -> Path:
-    """The model and its data files written into ``folder``; the model's path."""
-    for location, content in data.items():
-        _check_location(location, "sent")
-        target = folder / location
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
-    name = AGENT_MODEL
-    while name in data:  # a data file may bear any name
-        name = "_" + name
-    path = folder / name
-    path.write_bytes(model)
-    return path

@@ -11,7 +11,7 @@ Memory isolation: the worker resets its peak-RSS counter and trims the heap arou
 a fresh worker per model where the counter cannot be reset (not Linux).
 
 Milliseconds: ratio x the scale (``Runner.calibration``): the machine's pinned calibration when given
-(``pinned=``, ``use_pinned``; from the store by ``pinned_calibration``), else the run's own. The run's
+(``pinned=``, ``use_pinned``; from the store by ``policy.pinned_calibration``), else the run's own. The run's
 own calibration (the reference alone before the first model, ``run_calibration``) is measured either
 way: it is the drift guard's baseline and says how the machine is doing now.
 """
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from ltsedge.devices import DeviceProfile, check_provider
-from ltsedge.devices.fingerprint import Sensors, machine_fingerprint
+from ltsedge.devices.fingerprint import machine_fingerprint
+from ltsedge.devices.sensors import Sensors
 from ltsedge.errors import LtsedgeError
-from ltsedge.runners import policy, stats
-from ltsedge.runners.measurement import Measurement
+from ltsedge.runners import policy
+from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement, calibrated
 from ltsedge.runners.policy import PIN_PAUSE_S, PIN_WINDOW_S, PIN_WINDOWS, Calibration, DriftGuard, PinnedCalibration
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
@@ -42,36 +43,11 @@ RESTART_GROWTH_MB = 64.0
 CALIBRATION_S = 1.0  # of the reference alone, before the first model
 CALIBRATION_TIMEOUT_S = 120.0  # at most, whatever the profile's per-model timeout
 CALIBRATION_FLOOR_S = 10.0  # at least: loading the reference and its second of timing, on a slow board
-PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
-                  "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
-                  "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
-
-
-def calibrated(samples: dict, calibration_ms: float) -> dict:
-    """A workload's paired samples -> its figures: the median ratio to the reference, in ms through the
-    run's calibration, with the median's interval and the coverage it really has."""
-    ratios = [m / r for m, r in zip(samples["model_ms"], samples["reference_ms"]) if r > 0]
-    summary = stats.summarize(ratios)
-    low, high, coverage = stats.interval_with_coverage(sorted(ratios))
-    return {"latency_ms": summary["latency_ms"] * calibration_ms, "latency_ratio": summary["latency_ms"],
-            "latency_p90_ms": summary["latency_p90_ms"] * calibration_ms,
-            "latency_min_ms": summary["latency_min_ms"] * calibration_ms, "latency_cv": summary["latency_cv"],
-            "latency_low_ms": low * calibration_ms, "latency_high_ms": high * calibration_ms,
-            "latency_coverage": coverage, "runs": len(ratios), "converged": samples["converged"],
-            "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
-            "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
-            "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
-            "coarse": samples.get("coarse", False)}
-
 Model = str | Path | bytes
 
 
 def _warn(message: str) -> None:
     print(f"ltsedge: warning: {message}", file=sys.stderr)
-
-
-def _note(message: str) -> None:
-    print(f"ltsedge: {message}", file=sys.stderr)
 
 
 class Runner:
@@ -308,28 +284,6 @@ class Runner:
             self._reference_path = Path(self._tmp.name) / "reference.onnx"
             self._reference_path.write_bytes(reference_model())
         return self._reference_path
-
-def pinned_calibration(store, runner: Runner, *, redo: bool = False,
-                       log: Callable[[str], None] | None = None) -> PinnedCalibration:
-    """The machine's pinned calibration for the runner's runtime settings, from ``store``; measured (and
-    stored) when the store has none, or when ``redo``. Making it is said in one line on ``log``."""
-    from ltsedge.keys import calibration_key, runtime_settings
-
-    fingerprint = runner.fingerprint()
-    key = calibration_key(fingerprint, runner.profile)
-    stored = None if redo else store.get_calibration(*key)
-    if stored is not None:
-        try:
-            return PinnedCalibration.from_dict(stored)
-        except ValueError:
-            pass  # damaged: measured again, and replaced
-    if not redo:
-        (log or _note)(f"no pinned calibration of this machine with {runner.profile.name}'s runtime settings yet: "
-                       f"measuring it once ({PIN_WINDOWS} x {PIN_WINDOW_S:g} s of the reference model)")
-    pinned = runner.measure_pinned()
-    store.put_calibration(*key, pinned.to_dict(), fingerprint=fingerprint, settings=runtime_settings(runner.profile))
-    return pinned
-
 
 def measure(model: Model, profile: DeviceProfile, *, shapes: dict[str, list[int]] | None = None,
             **runner_options: Any) -> Measurement:

@@ -69,13 +69,13 @@ def timed_sample(run_once: Callable[[], object], runs: int, clock=time.perf_coun
 
 
 def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object], reference_run_ms: float,
-                run, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
+                settings, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
                 clock=time.perf_counter) -> Timed:
     """Warm-up, then paired samples until the median ratio is known within tolerance, the budget is
     spent, or (racing) ``stop_early`` says the first ``first_estimate`` samples settle it.
 
     ``reference_run_ms``: the reference's per-run time, to size its samples like the model's."""
-    for _ in range(run.warmup):
+    for _ in range(settings.warmup):
         model_once()
     per_sample, per_run_ms = runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
     sample_ms = per_sample * per_run_ms
@@ -94,10 +94,10 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
         if stop_early is not None and n == first_estimate and stop_early(timed):
             timed.stopped_early = True
             return timed
-        if stats.converged(timed.ratios, run.min_runs, run.tolerance, run.max_runs):
+        if stats.converged(timed.ratios, settings.min_runs, settings.tolerance, settings.max_runs):
             timed.converged = True
             return timed
-        if n >= run.max_runs or clock() - start >= run.max_seconds:
+        if n >= settings.max_runs or clock() - start >= settings.max_seconds:
             return timed
 
 

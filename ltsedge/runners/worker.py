@@ -3,8 +3,9 @@
 Run as ``python -m ltsedge.runners.worker`` by ``ltsedge.runners.process`` (the Runner never imports
 this module). It imports onnxruntime, numpy and psutil only (no torch, no onnx): it starts fast and
 its own memory stays small and flat, so the peak memory of a model is the model's.
-(Over 300 lines for that reason: the whole measuring process, which must import almost nothing of
-ltsedge, reads top to bottom in this one file.)
+The onnxruntime session it builds to a request's settings, and how it tells whose fault a failure
+is, are in ``session.py``; this module is the process: the request loop, the reference model, and
+the measurement of one model.
 
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import sys
 import threading
@@ -43,7 +43,6 @@ from ltsedge.runners.inputs import (
     workloads_of,
 )
 from ltsedge.runners.memory import (
-    fix_mmap_threshold,
     gpu_memory_bytes,
     peak_reset_works,
     peak_rss_bytes,
@@ -53,6 +52,7 @@ from ltsedge.runners.memory import (
 )
 from ltsedge.runners.protocol import RunSettings, read_message, write_message
 from ltsedge.runners.racing import Race
+from ltsedge.runners.session import configure_malloc, create_session, failure_kind, first_line, make_run_once
 
 MB = 2**20
 TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
@@ -76,131 +76,15 @@ def exit_with_parent(check_every_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-# ---------------------------------------------------------------------------------------------
-# onnxruntime
-# ---------------------------------------------------------------------------------------------
-def session_options(run: RunSettings):
-    import onnxruntime as ort
-
-    levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-    modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = run.intra_op_threads
-    so.inter_op_num_threads = run.inter_op_threads
-    so.graph_optimization_level = levels[run.graph_optimization]
-    so.execution_mode = modes[run.execution_mode]
-    so.enable_cpu_mem_arena = run.enable_cpu_mem_arena
-    so.enable_mem_pattern = run.enable_mem_pattern
-    spin = "1" if run.allow_spinning else "0"
-    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
-    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-    so.log_severity_level = 3  # errors only: warnings would fill the worker's log
-    return so
-
-
-_mmap_threshold_kb = 0  # glibc's own, dynamic threshold until a run fixes it
-
-
-def configure_malloc(run: RunSettings) -> str:
-    """Fix glibc's mmap threshold where the run asks for it, before its reference or model is loaded; how
-    this worker's malloc now runs: "default" (the C library's own: glibc's dynamic threshold), "mmap_threshold=
-    <n>KiB", or "no_mallopt" (asked for, but not glibc: it cannot apply, and the figures are the library's own)."""
-    global _mmap_threshold_kb
-    wanted = run.malloc_mmap_threshold_kb
-    if wanted != _mmap_threshold_kb:
-        if wanted == 0:  # glibc has no way back to the dynamic threshold once one was set
-            raise RuntimeError(f"this worker's mmap threshold is fixed at {_mmap_threshold_kb} KiB: glibc's own "
-                               f"threshold needs a fresh worker")
-        if not fix_mmap_threshold(wanted):
-            return "no_mallopt"
-        _mmap_threshold_kb = wanted
-    return f"mmap_threshold={_mmap_threshold_kb}KiB" if _mmap_threshold_kb else "default"
-
-
-def providers(run: RunSettings) -> list:
-    ep = run.execution_provider
-    options = {k: _option_text(v) for k, v in run.provider_options.items()}
-    chain = [(ep, options)]
-    if ep != "CPUExecutionProvider":
-        chain.append("CPUExecutionProvider")  # for the nodes the accelerator does not implement
-    return chain
-
-
-def _option_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
-def create_session(path: str, run: RunSettings):
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(path, sess_options=session_options(run), providers=providers(run))
-    ep = run.execution_provider
-    if ep not in session.get_providers():  # onnxruntime falls back to the CPU silently
-        raise RuntimeError(f"execution provider {ep} could not be initialised "
-                           f"(the session runs on {', '.join(session.get_providers())})")
-    return session
-
-
-MEMORY_WORDS = ("memory", "allocat", "bad_alloc")
-# onnxruntime's words for a data file that is not beside the model: the files' fault, not the model's
-MISSING_FILE_WORDS = ("external data path does not exist",)
-
-
-def failure_kind(error: BaseException, message: str) -> str:
-    """"model" for a failure the model will repeat on every run (onnxruntime refuses or fails to run it),
-    which the store keeps; "environment" for one it need not: running out of memory depends on the
-    machine's state, a missing external-data file on how the model was shipped, and an error not
-    raised by onnxruntime (ltsedge's own code, an execution provider that did not start) says nothing
-    about the model. Those are measured again next time."""
-    if not type(error).__module__.startswith("onnxruntime"):
-        return "environment"
-    words = (*MEMORY_WORDS, *MISSING_FILE_WORDS)
-    return "environment" if any(w in message.lower() for w in words) else "model"
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------------------------
-def make_run_once(session, feeds: dict, run: RunSettings):
-    """One full forward pass. On CUDA: inputs copied to the GPU once, outputs left there (IOBinding)."""
-    if run.execution_provider != "CUDAExecutionProvider":
-        return lambda: session.run(None, feeds)
-    import onnxruntime as ort
-
-    device_id = int(run.provider_options.get("device_id", 0))
-    binding = session.io_binding()
-    device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(x, "cuda", device_id) for name, x in feeds.items()}
-    for name, value in device_inputs.items():
-        binding.bind_ortvalue_input(name, value)
-    for output in session.get_outputs():
-        binding.bind_output(output.name, "cuda", device_id)
-
-    def run_once():
-        session.run_with_iobinding(binding)
-        binding.synchronize_outputs()  # wait for the GPU: time the work, not the launch
-
-    return run_once
-
-
 class Reference:
     """The reference model, loaded once before the first baseline and kept: every model is timed in
     alternation with it (``timing.py``), and loading it first takes onnxruntime's one-time costs (~10 MB
     of kernel registries and allocators on a CPU; the CUDA context on a GPU) out of every model's
     memory figure, the first model's included."""
 
-    def __init__(self, path: str, run: RunSettings):
-        session = create_session(path, run)
-        self.run_once = make_run_once(session, make_inputs(session, run), run)
+    def __init__(self, path: str, settings: RunSettings):
+        session = create_session(path, settings)
+        self.run_once = make_run_once(session, make_inputs(session, settings), settings)
         self.session = session
         for _ in range(3):
             self.run_once()
@@ -210,10 +94,10 @@ class Reference:
 _reference: Reference | None = None
 
 
-def reference(run: RunSettings, path: str | None) -> Reference | None:
+def reference(settings: RunSettings, path: str | None) -> Reference | None:
     global _reference
     if _reference is None and path:
-        _reference = Reference(path, run)
+        _reference = Reference(path, settings)
         release_memory()
     return _reference
 
@@ -230,25 +114,25 @@ def calibrate(request: dict) -> dict:
 # One request
 # ---------------------------------------------------------------------------------------------
 def measure(request: dict, peak_resettable: bool) -> dict:
-    run = request["run"]
+    settings = request["run"]
     try:
-        malloc = configure_malloc(run)
+        malloc = configure_malloc(settings)
     except RuntimeError as e:
         return {"ok": False, "error": str(e), "failure_kind": "environment"}
-    ref = reference(run, request["reference_path"])
-    device_id = int(run.provider_options.get("device_id", 0))
+    ref = reference(settings, request["reference_path"])
+    device_id = int(settings.provider_options.get("device_id", 0))
     release_memory()
     if peak_resettable and not reset_peak():  # it worked at start-up: a failure now is worth saying
         peak_resettable = False
     baseline = rss_bytes()
-    gpu_before = gpu_memory_bytes(device_id) if run.execution_provider == "CUDAExecutionProvider" else None
+    gpu_before = gpu_memory_bytes(device_id) if settings.execution_provider == "CUDAExecutionProvider" else None
     reply: dict[str, Any] = {"ok": False, "baseline_rss_mb": baseline / MB,
                              "memory_method": "reset_peak" if peak_resettable else "no_reset", "malloc": malloc}
     session = feeds = run_once = None
     try:
         t0 = time.perf_counter()
         try:
-            session = create_session(request["path"], run)
+            session = create_session(request["path"], settings)
         except Exception as e:  # noqa: BLE001 - any load error is reported; failure_kind says whose it is
             reply["error"] = f"failed to load: {first_line(e)}"
             reply["failure_kind"] = failure_kind(e, reply["error"])
@@ -260,7 +144,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         race: Race | None = request.get("race")
         for workload in _ordered(workloads_of(session), race):
             try:
-                feeds = make_inputs(session, run, request.get("shapes"), workload=workload)
+                feeds = make_inputs(session, settings, request.get("shapes"), workload=workload)
             except LtsedgeError as e:
                 reply["error"] = f"cannot make inputs: {e}"
                 reply["failure_kind"] = "model"
@@ -270,9 +154,9 @@ def measure(request: dict, peak_resettable: bool) -> dict:
             raced = race is not None and race.workload == workload
             coarse = race is not None and not raced and race.coarse_others
             try:
-                run_once = make_run_once(session, feeds, run)
-                result = _time(run_once, ref, race.secondary(run) if coarse else run, race if raced else None,
-                               baseline)
+                run_once = make_run_once(session, feeds, settings)
+                policy = race.secondary(settings) if coarse else settings
+                result = _time(run_once, ref, policy, race if raced else None, baseline)
                 result.coarse = coarse
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
@@ -300,14 +184,14 @@ def _ordered(workloads: tuple[str, ...], race: Race | None) -> list[str]:
     return sorted(workloads, key=lambda w: w != (race.workload if race else None))
 
 
-def _time(run_once, ref: Reference, run: RunSettings, race: Race | None, baseline: int) -> timing.Timed:
+def _time(run_once, ref: Reference, settings: RunSettings, race: Race | None, baseline: int) -> timing.Timed:
     def settled(timed: timing.Timed) -> bool:
         peak = peak_rss_bytes()
         memory_mb = max(0.0, (peak - baseline) / MB) if peak is not None else None
         return race.settled(timed.ratios, memory_mb)
 
-    return timing.time_paired(run_once, ref.run_once, ref.run_ms, run, first_estimate=race.first_estimate if race else None,
-                              stop_early=settled if race else None)
+    return timing.time_paired(run_once, ref.run_once, ref.run_ms, settings,
+                              first_estimate=race.first_estimate if race else None, stop_early=settled if race else None)
 
 
 def _test_fault(session) -> None:

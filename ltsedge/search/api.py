@@ -11,7 +11,8 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.runners import runner_factory
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.presets import get_preset
-from ltsedge.search.run import SearchResult, SearchRun, SearchSettings
+from ltsedge.search.loop import SearchResult, SearchRun
+from ltsedge.search.settings import SearchSettings
 from ltsedge.space import SearchSpace
 from ltsedge.store import MeasurementStore
 from ltsedge.workloads import WORKLOADS
@@ -157,10 +158,10 @@ def run_search(options: SearchOptions, log=None) -> SearchResult:
     if log is None:
         log = _stderr_logger(progress)
     with MeasurementStore(options.store_path) as store:
-        run = SearchRun(settings, profile, options.out, store, fresh=options.fresh, restart=options.restart,
-                        log=log, progress=progress,
-                        runner_factory=runner_factory(options.scheduler, options.machine))
-        return run.run()
+        search = SearchRun(settings, profile, options.out, store, fresh=options.fresh, restart=options.restart,
+                           log=log, progress=progress,
+                           runner_factory=runner_factory(options.scheduler, options.machine))
+        return search.run()
 
 
 def _stderr_logger(progress):

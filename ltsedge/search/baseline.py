@@ -14,7 +14,7 @@ from ltsedge.architecture import Architecture
 from ltsedge.backbones import BaselineSpec
 from ltsedge.costmodel.features import output_weights
 from ltsedge.errors import LtsedgeError
-from ltsedge.search.evaluate import Candidate
+from ltsedge.search.candidate import Candidate
 from ltsedge.space import SearchSpace
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pymoo.core.callback import Callback
 
 from ltsedge.proxy import count_params
-from ltsedge.search.checkpoint import RunState
+from ltsedge.search.checkpoint import SearchState
 from ltsedge.search.pareto import HypervolumeScale, pareto_front
 
 
 class GenerationCallback(Callback):
-    def __init__(self, evaluator, settings, state: RunState, *, progress=None):
+    def __init__(self, evaluator, settings, state: SearchState, *, progress=None):
         super().__init__()
         self.evaluator, self.settings, self.state, self.progress = evaluator, settings, state, progress
 

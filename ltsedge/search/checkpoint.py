@@ -45,8 +45,8 @@ def identity_hash(identity: dict) -> str:
 
 
 @dataclass
-class RunState:
-    """The run's own bookkeeping, beside the algorithm's state."""
+class SearchState:
+    """The search's own bookkeeping, beside the algorithm's state (the checkpoint's ``"run"`` object)."""
 
     generation: int = 0
     hv_history: list[dict] = field(default_factory=list)
@@ -58,13 +58,13 @@ class RunState:
 # ---------------------------------------------------------------------------------------------
 # The checkpoint
 # ---------------------------------------------------------------------------------------------
-def save_checkpoint(out_dir: Path, identity: str, algorithm, state: RunState) -> None:
+def save_checkpoint(out_dir: Path, identity: str, algorithm, state: SearchState) -> None:
     data = {"format": FORMAT, "identity": identity, "ltsedge": ltsedge.__version__, "run": state.__dict__,
             "algorithm": _algorithm_state(algorithm)}
     write_atomically(out_dir / CHECKPOINT, json.dumps(data))
 
 
-def load_checkpoint(out_dir: Path, identity: str, algorithm) -> RunState | None:
+def load_checkpoint(out_dir: Path, identity: str, algorithm) -> SearchState | None:
     """Restore ``algorithm`` (freshly set up) and return the run's state; None if there is no checkpoint."""
     path = out_dir / CHECKPOINT
     if not path.exists():
@@ -80,7 +80,7 @@ def load_checkpoint(out_dir: Path, identity: str, algorithm) -> RunState | None:
                            f"device, machine or export target); {RESTART_HINT}")
     try:
         _restore_algorithm(algorithm, data["algorithm"])
-        return _run_state(data["run"])
+        return _search_state(data["run"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LtsedgeError(f"checkpoint {path} is damaged ({e}); {RESTART_HINT}") from None
 
@@ -104,8 +104,8 @@ def _read(path: Path) -> dict:
     return data
 
 
-def _run_state(run: dict) -> RunState:
-    state = RunState(**run)
+def _search_state(saved: dict) -> SearchState:
+    state = SearchState(**saved)
     if not isinstance(state.generation, int) or isinstance(state.generation, bool) or state.generation < 0:
         raise ValueError(f"generation {state.generation!r} is not a count")
     if not (isinstance(state.hv_history, list) and all(isinstance(r, dict) for r in state.hv_history)

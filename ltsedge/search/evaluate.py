@@ -6,14 +6,14 @@ when the search screens (``screening.py``), predict it and keep the prediction u
 could matter; else export it, write it to a scratch file, measure it in the runner's worker, record
 the measurement in the store (failures too, with their reason; its architecture beside it, for the
 cost model) and in the search's own append-only candidate log, then delete the scratch file. Nothing
-runs beside a measurement: export happens before, never during.
+runs beside a measurement: export happens before, never during. What it makes of each is a
+``Candidate`` (``candidate.py``).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,73 +25,19 @@ from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.ortcompat import target_for
-from ltsedge.proxy import ParamCounts, count_params
+from ltsedge.proxy import count_params
 from ltsedge.runners import Measurement, MeasuringRunner
 from ltsedge.runners.measurement import complete, rescaled
 from ltsedge.search.budgets import Budgets
+from ltsedge.search.candidate import Candidate, EvaluationStats
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
-from ltsedge.search.racing import objective_ratio, race_for
+from ltsedge.search.race_choice import objective_ratio, race_for
 from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record, promise
 from ltsedge.store import MeasurementStore
 from ltsedge.workloads import WORKLOADS
 
 CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch files exist together)
-
-
-@dataclass
-class Candidate:
-    arch: Architecture
-    params: ParamCounts
-    measurement: dict
-    # "measured" (here, now), "store" (measured earlier), "predicted" (by the cost model, not measured),
-    # "settled" (predicted, then measured at the end because its prediction would enter the front),
-    # "skipped" (outside the parameter budget) or "final" (re-measured from the published file, frontier.py)
-    source: str
-    generation: int
-    latency_field: str = "latency_ms"  # the measurement's figure the search optimises
-    prediction: dict | None = None  # what the cost model predicted before it was measured, if it did
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.measurement.get("ok"))
-
-    @property
-    def predicted(self) -> bool:
-        return self.source == "predicted"
-
-    @property
-    def latency_ms(self) -> float | None:
-        return self.measurement.get(self.latency_field)
-
-    @property
-    def memory_mb(self) -> float | None:
-        return self.measurement.get("peak_memory_mb")
-
-    def to_record(self, budgets: Budgets) -> dict:
-        violations = budgets.violations(self.params.decoder_params, self.latency_ms, self.memory_mb)
-        return {
-            "id": self.arch.id, "generation": self.generation, "source": self.source, "ok": self.ok,
-            "feasible": self.ok and not violations, "violations": violations,
-            "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
-            "architecture": self.arch.to_dict(), "measurement": self.measurement, "prediction": self.prediction,
-        }
-
-
-@dataclass
-class EvaluationStats:
-    measured: int = 0
-    cached: int = 0
-    failed: int = 0
-    skipped: int = 0
-    predicted: int = 0
-    export_seconds: float = 0.0
-    load_seconds: float = 0.0
-    inference_seconds: float = 0.0
-    evaluate_seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class CandidateEvaluator:

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.search.baseline import baseline_architectures, compare
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import Candidate, CandidateEvaluator
+from ltsedge.search.candidate import Candidate
+from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
 from ltsedge.search.pareto import thin
 from ltsedge.search.outdir import OutputDir

@@ -29,7 +29,7 @@ from ltsedge.runners import MeasuringRunner
 from ltsedge.runners.measurement import rescaled
 from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
-from ltsedge.search.evaluate import Candidate
+from ltsedge.search.candidate import Candidate
 from ltsedge.search.outdir import MODELS, OutputDir
 from ltsedge.search.pareto import pareto_front
 

@@ -1,6 +1,6 @@
 """The search as pymoo sees it: a Problem over the integer encoding and the operators that respect it.
 
-Nothing here measures anything: the search loop (``run.py``) asks NSGA-II for a batch, evaluates it
+Nothing here measures anything: the search loop (``loop.py``) asks NSGA-II for a batch, evaluates it
 through the store and the runners, and tells NSGA-II the objectives and constraints.
 
 Objectives (all minimised): -decoder parameters (the perplexity proxy), latency, peak memory.

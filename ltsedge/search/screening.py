@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ltsedge.costmodel import CostModel, Estimate
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.pareto import pareto_front
-from ltsedge.search.racing import objective_ratio
+from ltsedge.search.race_choice import objective_ratio
 
 MEASURE_MODES = ("front", "all")
 AUDIT_SHARE = 0.05

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ltsedge.search.run import SearchResult
+from ltsedge.search.loop import SearchResult
 
 MAX_ROWS = 12  # the summary fits one screen; frontier.csv has every model
 

@@ -18,32 +18,22 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from ltsedge.check.budgets import BUDGET_KEYS, Target, load_budgets, resolve_targets
+from ltsedge.check.budgets_file import BUDGET_KEYS, Target, load_budgets, resolve_targets
+from ltsedge.check.model_files import ModelInfo, check_cli_shapes, inspect_model, model_shapes
 from ltsedge.check.previous import Previous, check_comparable, load_previous
-from ltsedge.check.report import CheckReport, ModelResult
+from ltsedge.check.result import CheckReport, ModelResult
 from ltsedge.check.verdict import MARGINAL_POLICIES, Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import sha256_of
 from ltsedge.runners import Measurement, Runner, runner_factory
-from ltsedge.runners.inputs import resolve_shape
 from ltsedge.runners.policy import PinnedCalibration
 from ltsedge.validate import is_number
 
 # measure(profile, [(path, shapes), ...]) -> one Measurement per job, in order. Injectable for tests.
 Measure = Callable[[DeviceProfile, list[tuple[Path, dict[str, list[int]]]]], list[Measurement]]
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    sha256: str
-    architecture_id: str | None
-    inputs: dict[str, list] | None  # declared inputs (not initializers) -> dims; None if onnx cannot read it
-    precision: dict | None = None  # what its operators run at (exporters.quantize.precision_of); None: unreadable
 
 
 def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
@@ -58,7 +48,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
 
     ``budgets``: budget key -> limit, as the command line gives them (``BUDGET_KEYS``: ``max_latency_ms``,
     ``max_memory_mb`` and each workload's, e.g. ``max_decode_ms``; None: not given); ``budgets_file``
-    and the device profile's ``[budgets]`` fill in the rest (``check.budgets``).
+    and the device profile's ``[budgets]`` fill in the rest (``check.budgets_file``).
     ``measure`` and ``fingerprint`` replace the onnxruntime worker and this machine's fingerprint
     (tests); ``log`` receives progress lines (default: stderr). ``marginal`` ("pass" | "fail"): how a
     check within the noise of its limit counts (None: by its value). ``spread``: the machine's relative
@@ -85,7 +75,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     previous = load_previous(against) if against is not None else None
     notes = check_comparable(previous, fingerprint, force=force) if previous else []
     infos = [inspect_model(t.path) for t in targets]
-    _check_cli_shapes(shapes or {}, infos)
+    check_cli_shapes(shapes or {}, infos)
     jobs = [(t.path, model_shapes(t, info, shapes or {}, profile)) for t, info in zip(targets, infos, strict=True)]
 
     matches = (previous.match_all([(t.display, i.sha256, i.architecture_id) for t, i in zip(targets, infos)])
@@ -186,89 +176,6 @@ def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | 
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# The model files
-# ---------------------------------------------------------------------------------------------
-def inspect_model(path: Path) -> ModelInfo:
-    """sha256, ltsedge architecture id and declared inputs; a file onnx cannot parse gets None for
-    the last two (onnxruntime then reports why it does not load)."""
-    sha256 = sha256_of(path)
-    proto = _onnx_proto(path)
-    if proto is None:
-        return ModelInfo(sha256, None, None)
-    from ltsedge.exporters import read_metadata
-    from ltsedge.exporters.quantize import precision_of
-
-    return ModelInfo(sha256, read_metadata(proto).get("id"), _declared_inputs(proto), precision_of(proto))
-
-
-def _onnx_proto(path: Path):
-    """The model's graph without its external weights; None when onnx cannot parse it."""
-    try:
-        import onnx
-
-        return onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - not parseable here; the runner reports the load failure
-        return None
-
-
-def _declared_inputs(proto) -> dict[str, list | None]:
-    """The graph's inputs that are not initializers -> their dims (an int, a symbolic name or None each)."""
-    initializers = {t.name for t in proto.graph.initializer}
-    inputs = {}
-    for vi in proto.graph.input:
-        if vi.name in initializers:
-            continue
-        tensor = vi.type.tensor_type
-        inputs[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
-                           if tensor.HasField("shape") else None)
-    return inputs
-
-
-def check_shapes(path: Path, shapes: dict[str, list[int]], profile: DeviceProfile, where: str) -> None:
-    """Shapes against the inputs the model at ``path`` declares: a wrong name or shape is bad input, found
-    before anything is measured (nothing to check when onnx cannot read the model)."""
-    proto = _onnx_proto(path) if shapes else None
-    if proto is not None:
-        _check_declared(where, _declared_inputs(proto), shapes, profile)
-
-
-def _check_declared(where: str, inputs: dict[str, list | None], shapes: dict[str, list[int]],
-                    profile: DeviceProfile) -> None:
-    for name, dims in shapes.items():
-        if name not in inputs:
-            raise LtsedgeError(f"{where}: shape given for {name!r}, which is not an input of the model "
-                               f"(inputs: {', '.join(inputs) or 'none'})")
-        try:
-            resolve_shape(name, inputs[name], profile, dims)
-        except LtsedgeError as e:
-            raise LtsedgeError(f"{where}: {e}") from None
-
-
-def model_shapes(target: Target, info: ModelInfo, cli: dict[str, list[int]], profile: DeviceProfile
-                 ) -> dict[str, list[int]]:
-    """The model's shapes from the budgets file, plus the --shape ones for inputs it declares
-    (--shape wins); each checked against the declared input, so a wrong shape is bad input (exit 2)
-    rather than a model that "failed to measure"."""
-    shapes = dict(target.shapes)
-    if info.inputs is None:
-        shapes.update(cli)
-        return shapes
-    shapes.update({k: v for k, v in cli.items() if k in info.inputs})
-    _check_declared(target.display, info.inputs, shapes, profile)
-    return shapes
-
-
-def _check_cli_shapes(cli: dict[str, list[int]], infos: list[ModelInfo]) -> None:
-    known = [i.inputs for i in infos if i.inputs is not None]
-    if not known:
-        return
-    for name in cli:
-        if not any(name in inputs for inputs in known):
-            names = sorted({n for inputs in known for n in inputs})
-            raise LtsedgeError(f"--shape {name}=...: no model has an input {name!r} (inputs: {', '.join(names)})")
-
-
 def _fleet_machine(profile: DeviceProfile, scheduler: str, machine: str | None) -> tuple[dict, float]:
     """The fleet's machine fingerprint, and the widest between-run spread its boards have pinned."""
     from ltsedge.runners.remote import RemoteRunner
@@ -279,7 +186,7 @@ def _fleet_machine(profile: DeviceProfile, scheduler: str, machine: str | None) 
 
 def machine_calibration(profile: DeviceProfile, store_path: str | Path | None = None) -> PinnedCalibration:
     """This machine's pinned calibration for the profile's runtime settings (measured now if the store has none)."""
-    from ltsedge.runners.runner import pinned_calibration
+    from ltsedge.runners.policy import pinned_calibration
     from ltsedge.store import MeasurementStore
 
     with MeasurementStore(store_path) as store, Runner(profile) as runner:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import ltsedge
-from ltsedge.check.budgets import Target
+from ltsedge.check.budgets_file import Target
 from ltsedge.check.previous import PreviousEntry, describe_machine
 from ltsedge.check.verdict import (
     ERROR,

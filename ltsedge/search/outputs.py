@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ltsedge.search.frontier import PublishedModel
 
 if TYPE_CHECKING:
-    from ltsedge.search.run import SearchResult
+    from ltsedge.search.loop import SearchResult
 
 FRONTIER_COLUMNS = ["id", "decoder_params", "total_params", "latency_ms", "latency_p90_ms", "prefill_latency_ms",
                     "decode_latency_ms", "kv_cache_mb", "peak_memory_mb",

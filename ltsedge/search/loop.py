@@ -1,18 +1,19 @@
 """The search loop: NSGA-II (ask/tell) over the space, candidates evaluated on the device, with resume.
 
 Each generation: ask NSGA-II for offspring, evaluate them (store first, device otherwise), tell it
-the objectives and constraints (the generation callback records the hypervolume), checkpoint. A killed search re-run with the same command continues from its last complete
-generation; everything it had measured is re-used (from its candidate log and the store), so
-nothing is measured twice; a finished one (or one killed while publishing) evolves no further and
-publishes its frontier again. At the end (or on Ctrl-C) the frontier is published as ONNX models with
-their re-measured costs (``finish.py``) and the outputs are written (``report.py``).
+the objectives and constraints (the generation callback records the hypervolume), checkpoint. A killed
+search re-run with the same command continues from its last complete generation; everything it had
+measured is re-used (from its candidate log and the store), so nothing is measured twice; a finished
+one (or one killed while publishing) evolves no further and publishes its frontier again. At the end
+(or on Ctrl-C) the frontier is published as ONNX models with their re-measured costs (``finish.py``)
+and the outputs are written (``outputs.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,15 +23,11 @@ from pymoo.problems.static import StaticProblem
 from pymoo.termination.max_gen import MaximumGenerationTermination
 
 import ltsedge
-from ltsedge.backbones import BaselineSpec
-from ltsedge.devices import DeviceProfile, coarse
-from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.options import ExportOptions
 from ltsedge.runners import MeasuringRunner, Runner
-from ltsedge.runners.policy import Calibration
-from ltsedge.runners.runner import pinned_calibration
-from ltsedge.search import report
+from ltsedge.runners.policy import Calibration, pinned_calibration
+from ltsedge.search import outputs
 from ltsedge.search.baseline import seeds_in_space
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.callback import GenerationCallback
@@ -39,101 +36,27 @@ from ltsedge.search.checkpoint import (
     CHECKPOINT,
     RESTART_HINT,
     CandidateLog,
-    RunState,
+    SearchState,
     identity_hash,
     load_checkpoint,
     peek_calibration,
     save_checkpoint,
 )
-from ltsedge.search.evaluate import Candidate, CandidateEvaluator
+from ltsedge.search.candidate import Candidate
+from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel
 from ltsedge.search.pareto import pareto_front
 from ltsedge.search.outdir import SCRATCH, OutputDir
 from ltsedge.search.problem import ArchitectureProblem, make_operators
 from ltsedge.search.screening import Screen, screening_summary
-from ltsedge.space import SearchSpace
+from ltsedge.search.settings import SearchSettings
 from ltsedge.store import MeasurementStore
-from ltsedge.workloads import WORKLOADS
-
-
-# Upper bounds of a search's size: every candidate is a model exported and measured (a second or more
-# each), so 10,000 of either is already weeks of measuring, far beyond the study's 100 x 30.
-MAX_POPULATION = 10_000
-MAX_GENERATIONS = 10_000
-TIMINGS = ("coarse", "profile")
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    space: SearchSpace = field(default_factory=SearchSpace)
-    population: int = 100
-    generations: int = 30
-    seed: int = 0
-    budgets: Budgets = field(default_factory=Budgets)
-    baseline: BaselineSpec | None = field(default_factory=BaselineSpec)
-    prob_gene: float = 0.3  # per-gene mutation probability, as in the study
-    target_ort: str | None = None
-    objective: str = "forward"  # the latency optimised: a workload's name (ltsedge.workloads)
-    racing: bool = True  # a first estimate for all, full precision only where the front can change
-    measure: str = "front"  # "front": measure where the cost model says it could matter; "all": every candidate
-    seed_baseline: bool = True  # the first generation holds the layer-scaled baseline models the space holds
-    precision: str = "fp32"  # every candidate exported and measured at it: fp32, int8, int4 (fp16 on CUDA)
-    # How the search times its candidates: "coarse" (devices.coarse: the cost model averages the noise) or
-    # "profile" (the device profile's own policy); None: coarse with the cost model (measure "front"), the
-    # profile's with every candidate measured (the study's protocol). The frontier is published re-measured
-    # at the profile's policy either way.
-    timing: str | None = None
-    # Publishing: the front thinned so that every front model left out has a published one within this
-    # factor in each objective (0: the whole front; pareto.thin)
-    resolution: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.timing is None:
-            object.__setattr__(self, "timing", "coarse" if self.measure == "front" else "profile")
-        if self.timing not in TIMINGS:
-            raise LtsedgeError(f"--search-timing {self.timing!r} is not one of {', '.join(TIMINGS)}")
-        if not (isinstance(self.resolution, (int, float)) and not isinstance(self.resolution, bool)
-                and 0 <= self.resolution <= 1):
-            raise LtsedgeError(f"--resolution {self.resolution!r} is out of range: use 0 (the whole front) to 1")
-        # Checked before anything starts: NSGA-II would try to sample a billion candidates and hang silently.
-        for name, low, high in (("population", 2, MAX_POPULATION), ("generations", 1, MAX_GENERATIONS)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise LtsedgeError(f"--{name} {value!r} is out of range: use {low} to {high}")
-
-    @property
-    def export_options(self) -> ExportOptions:
-        """How every candidate is exported, the frontier published and both keyed in the store: the
-        objective's variant at ``target_ort`` and ``precision`` (built here only, so they never disagree)."""
-        return ExportOptions(variant=WORKLOADS[self.objective].variant, target_ort=self.target_ort,
-                             precision=self.precision)
-
-    def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
-        """What a checkpoint must agree on to be resumed (more generations is fine)."""
-        device = profile.settings()
-        if self.objective != "forward":
-            device["context"] = profile.context  # decides a generate model's decode figures
-        return {**self._evolution(), "device": device, "machine": fingerprint_hash(fingerprint)}
-
-    def to_dict(self) -> dict:
-        return {**self._evolution(), "generations": self.generations, "resolution": self.resolution,
-                "baseline": self.baseline.to_dict() if self.baseline else None}
-
-    def _evolution(self) -> dict:
-        return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
-                "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
-                "objective": self.objective, "racing": self.racing, "measure": self.measure,
-                "seed_baseline": self.seed_baseline, "precision": self.precision, "timing": self.timing}
-
-    def measuring_profile(self, profile: DeviceProfile) -> DeviceProfile:
-        """The profile the search's candidates are measured with (its repeat policy per ``timing``)."""
-        return coarse(profile) if self.timing == "coarse" else profile
 
 
 @dataclass
 class SearchResult:
-    """Everything a search found, as data: ``report.py`` writes it, ``summary.py`` prints it."""
+    """Everything a search found, as data: ``outputs.py`` writes it, ``summary.py`` prints it."""
 
     out_dir: Path
     frontier: list[PublishedModel]
@@ -153,14 +76,18 @@ class SearchResult:
 
 
 class SearchRun:
+    """One search of one space on one device into one output directory: ``run()`` evolves (or resumes from
+    the checkpoint in ``out_dir``), publishes the frontier and writes the outputs, and returns the
+    ``SearchResult``. Measurements come from ``store`` first, then from runners ``runner_factory`` makes."""
+
     def __init__(self, settings: SearchSettings, profile: DeviceProfile, out_dir: Path, store: MeasurementStore, *,
                  fresh: bool = False, restart: bool = False, log: Callable[[str], None] = print,
                  progress=None, runner_factory: Callable[..., MeasuringRunner] = Runner):
         self.settings, self.profile, self.out_dir, self.store = settings, profile, Path(out_dir), store
         self.runner_factory = runner_factory
         self.fresh, self.restart, self.log, self.progress = fresh, restart, log, progress
-        self.state = RunState()
-        self.elapsed_before = 0.0  # wall time of the runs this one resumes
+        self.state = SearchState()
+        self.elapsed_before = 0.0  # wall time of the earlier, interrupted searches this one resumes
 
     def run(self) -> SearchResult:
         with OutputDir(self.out_dir) as outdir:  # locked: one search per directory at a time
@@ -208,7 +135,7 @@ class SearchRun:
         summary["publish"] = finished.cost.to_dict()  # what each pass of publishing measured and cost
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
                               self.settings.budgets, interrupted)
-        report.write_outputs(result)
+        outputs.write_outputs(result)
         self._report(outdir)
         return result
 
@@ -300,7 +227,7 @@ class SearchRun:
             "wall_seconds": self.elapsed_before + time.time() - started,
             "evaluation": evaluator.stats.to_dict(), "cost_model": screening_summary(evaluator),
             "hypervolume": self.state.hv_history,
-            "hypervolume_scale": self.state.hv_scale, "frontier_size": frontier_size, "versions": report.versions(),
+            "hypervolume_scale": self.state.hv_scale, "frontier_size": frontier_size, "versions": outputs.versions(),
         }
 
 

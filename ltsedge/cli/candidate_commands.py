@@ -1,0 +1,90 @@
+"""The candidate commands: ``space`` (describe or sample a search space), ``params`` (decoder, embedding
+and total parameters) and ``export`` (an architecture as ONNX or a generation bundle)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ltsedge.architecture import Architecture
+from ltsedge.cli.options import PRECISION_HELP
+
+
+def space(
+    config: Optional[Path] = typer.Option(None, "--config", help="Search-space TOML file (default: the LTS GPT-2 space)."),
+    sample: int = typer.Option(0, "--sample", min=0, help="Print N sampled architectures as JSON lines."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for --sample."),
+) -> None:
+    """Describe the search space and its size, or sample architectures from it."""
+    from ltsedge.space import SearchSpace
+
+    s = SearchSpace.load(config) if config else SearchSpace()
+    if sample:
+        for arch in s.sample(sample, seed=seed):
+            typer.echo(arch.to_json())
+        return
+    description = s.describe()
+    for key, value in description.items():
+        if key == "size":  # exact while readable; a space of 10^4000 architectures gets its magnitude
+            log10 = description["size_log10"]
+            value = f"{value:,} (~10^{log10})" if value is not None else f"~10^{log10}"
+        elif key == "size_log10":
+            continue
+        typer.echo(f"{key:>20}: {value}")
+
+
+def params(
+    arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Decoder (the proxy), embedding and total parameters of an architecture."""
+    from ltsedge.proxy import count_params
+
+    arch = Architecture.load(arch_file)
+    counts = count_params(arch).to_dict()
+    if as_json:
+        typer.echo(json.dumps(counts))
+        return
+    typer.echo(f"architecture      {arch.id}")
+    for key, value in counts.items():
+        typer.echo(f"{key:<18}{value:>15,}")
+
+
+def export(
+    arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
+    output: Path = typer.Option(..., "-o", "--output",
+                                help="The ONNX file (forward), or the bundle directory (generate)."),
+    variant: str = typer.Option("forward", "--variant", help="forward: input_ids -> logits over a whole sequence; "
+                                "generate: a deployable bundle with a KV cache (onnxruntime-genai, Optimum naming)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="Trained weights: a state_dict of ltsedge's "
+                                           "reference model (.pt or .safetensors). Default: random weights."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizer.json, or the folder holding one, to put in the bundle (its tokenizer_config.json and special_tokens_map.json go with it, made from tokenizer.json when absent)."),
+    external_data: Optional[bool] = typer.Option(None, "--external-data/--inline-data",
+                                                 help="Weights in <model>.data beside the model (default: over 2 GB)."),
+    target_ort: Optional[str] = typer.Option(
+        None, "--target-ort", help="onnxruntime version the model must load in (default: 1.20, the oldest supported)."
+    ),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
+    cache_layout: Optional[str] = typer.Option(
+        None, "--cache-layout", help="Generate variant of GPT-2/OPT: uniform (default: every layer's cache in one "
+        "head count, which Optimum and transformers.js feed) or per-layer (each layer's own heads)."),
+) -> None:
+    """Export an architecture to ONNX: one model file, or a generation bundle (--variant generate)."""
+    from ltsedge.exporters.bundle import export_to_path
+    from ltsedge.exporters.options import ExportOptions
+
+    arch = Architecture.load(arch_file)
+    options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, cache_layout=cache_layout,
+                            external_data=external_data)
+    model, files = export_to_path(arch, output, options, weights=weights, tokenizer=tokenizer)
+    t = model.target
+    kind = "trained" if weights else "random"
+    typer.echo(f"wrote {output} ({model.nbytes / 1e6:.1f} MB, {variant}, {kind} weights, {model.precision}, "
+               f"opset {t.opset}, IR {t.ir_version})")
+    made = set(getattr(files, "generated", ()))
+    for path, sha in files.items():
+        note = "  (made from tokenizer.json: none was beside it)" if path in made else ""
+        typer.echo(f"  {path}  sha256 {sha[:16]}…{note}")

@@ -1,0 +1,100 @@
+"""The measuring commands on this machine: ``devices`` (the built-in profiles), ``profile`` (latency and
+peak memory of one model) and ``calibrate`` (pin this machine's speed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ltsedge.cli.options import DEVICE_HELP, MACHINE_HELP, PRECISION_HELP, SCHEDULER_HELP, STORE_HELP, check_fleet
+from ltsedge.validate import parse_shape_options
+
+
+def devices() -> None:
+    """List the built-in device profiles."""
+    from ltsedge.devices import builtin_profiles
+
+    for profile in builtin_profiles():
+        typer.echo(f"{profile.name:<8} {profile.description}")
+
+
+def profile(
+    model: Path = typer.Argument(..., metavar="MODEL.onnx|ARCH.json", help="An ONNX model, or an architecture JSON."),
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    fresh: bool = typer.Option(False, "--fresh", help="Measure again even if the store has this measurement."),
+    shape: list[str] = typer.Option([], "--shape", help="Input shape override, e.g. input_ids=1x192 (repeatable)."),
+    target_ort: Optional[str] = typer.Option(None, "--target-ort", help="For ARCH.json: onnxruntime version to export for."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="For ARCH.json: forward (one full pass, the "
+                                          "default) or generate (KV cache: prefill and per-token decode are timed)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
+    precision: Optional[str] = typer.Option(None, "--precision", help="For ARCH.json: " + PRECISION_HELP
+                                            + " Default: the device profile's [export] precision, else fp32."),
+) -> None:
+    """Measure latency and peak memory of a model on a device (answered from the store when known)."""
+    from ltsedge.profiling import profile_model
+
+    check_fleet(scheduler, machine)
+    result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
+                           target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
+                           precision=precision)
+    if as_json:
+        typer.echo(json.dumps(result, default=str))
+    else:
+        _print_profile(result)
+    if not result["ok"]:  # the model could not be measured (crash, timeout, load failure): say so in the exit code
+        raise typer.Exit(1)
+
+
+def _print_profile(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{r['model']} on {r['device']}", show_header=False)
+    if not r["ok"]:
+        table.add_row("error", str(r["error"]))
+    else:
+        if r.get("decode_latency_ms") is not None:
+            table.add_row("prefill (median)", f"{r['prefill_latency_ms']:.2f} ms")
+            table.add_row("decode per token (median)", f"{r['decode_latency_ms']:.3f} ms")
+            table.add_row("KV cache", f"{r['kv_cache_mb']:.2f} MB")
+        table.add_row("latency (median)", f"{r['latency_ms']:.2f} ms" + (" (decode)" if r.get("decode_latency_ms") else ""))
+        table.add_row("latency p90", f"{r['latency_p90_ms']:.2f} ms")
+        table.add_row("latency min", f"{r['latency_min_ms']:.2f} ms")
+        table.add_row("coefficient of variation", f"{100 * r['latency_cv']:.1f} % over {r['runs']} runs"
+                      + ("" if r.get("converged") else " (not converged)"))
+        table.add_row("peak memory", f"{r['peak_memory_mb']:.1f} MB")
+        table.add_row("weights", f"{r['weights_mb']:.1f} MB")
+    for key in ("decoder_params", "total_params"):
+        if r.get(key) is not None:
+            table.add_row(key.replace("_", " "), f"{r[key]:,}")
+    fp = r["fingerprint"]
+    table.add_row("machine", f"{fp.get('cpu_model')} ({fp.get('arch')}, {fp.get('logical_cores')} cores)")
+    table.add_row("onnxruntime", f"{fp.get('onnxruntime')} {r.get('execution_provider', '')}")
+    table.add_row("from", "store" if r.get("cached") else "measured now")
+    Console().print(table)
+    if r.get("machine_state"):  # the run's own calibration, far from the pinned one: figures still in its scale
+        typer.echo(r["machine_state"])
+
+
+def calibrate(
+    device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
+    store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+) -> None:
+    """Measure this machine's speed (the reference model alone, in several windows) again and pin it in the
+    store: every later run's milliseconds are its ratios to the reference times this."""
+    from ltsedge.profiling import calibrate_machine
+
+    r = calibrate_machine(device, store_path=store_path)
+    windows = ", ".join(f"{w:.3f}" for w in r["windows"])
+    typer.echo(f"pinned calibration on {r['device']}: reference {r['reference_ms']:.3f} ms")
+    typer.echo(f"windows: {windows} ms; spread between them {r['spread']:.1%}")
+    if r["previous_reference_ms"]:
+        typer.echo(f"previously pinned: {r['previous_reference_ms']:.3f} ms "
+                   f"({r['reference_ms'] / r['previous_reference_ms'] - 1:+.1%})")
+    typer.echo(f"kept in {r['store']}")
