@@ -6,8 +6,10 @@ for peak memory, the Spearman rank correlation between the runs and the median r
 Latency three ways: the model's own median (uncalibrated: what a plain timer gives), the ratio to the
 reference model timed beside it, and milliseconds through each run's calibration.
 Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 MB.
+``--variant generate`` measures the generate variant: latency is then the decode step (per token after
+``context`` cached tokens), timed beside the bandwidth reference, and the prompt's prefill is reported too.
 
-    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192]
+    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.proxy import count_params
 from ltsedge.runners import Runner
 from ltsedge.space import SearchSpace
@@ -38,12 +41,12 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def measure_all(archs, profile, tmp: Path, order) -> dict:
+def measure_all(archs, profile, tmp: Path, order, variant: str = "forward") -> dict:
     out = {}
     with Runner(profile, log=lambda m: print("   ", m)) as runner:
         for i in order:
             path = tmp / f"{archs[i].id}.onnx"
-            export_model(archs[i]).save(path)
+            export_model(archs[i], ExportOptions(variant=variant)).save(path)
             m = runner.measure(path)
             path.unlink()
             out[i] = m
@@ -57,6 +60,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=20)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sequence", type=int, default=None)
+    parser.add_argument("--variant", choices=("forward", "generate"), default="forward")
     args = parser.parse_args()
     profile = load_profile(args.device)
     if args.sequence:
@@ -65,14 +69,17 @@ def main() -> None:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         print("run 1")
-        first = measure_all(archs, profile, Path(tmp), range(len(archs)))
+        first = measure_all(archs, profile, Path(tmp), range(len(archs)), args.variant)
         print("run 2 (reverse order, new worker)")
-        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))))
+        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant)
     ok = [i for i in range(len(archs)) if first[i].ok and second[i].ok]
     print(f"\n{len(ok)} of {len(archs)} models measured in both runs; {time.time() - started:.0f} s; "
           f"{profile.name}, sequence {profile.sequence}")
     rows = (("latency, raw", lambda m: m.uncalibrated_latency_ms), ("latency ratio", lambda m: m.latency_ratio),
             ("latency ms", lambda m: m.latency_ms), ("peak memory", lambda m: m.peak_memory_mb))
+    if args.variant == "generate":  # latency above is the decode step's; the prompt's prefill beside it
+        rows += (("prefill ratio", lambda m: m.workloads["prefill"]["latency_ratio"]),
+                 ("prefill ms", lambda m: m.workloads["prefill"]["latency_ms"]))
     for name, get in rows:
         a = [get(first[i]) for i in ok]
         b = [get(second[i]) for i in ok]

@@ -16,6 +16,8 @@ from typing import Any
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.hashing import settings_hash
+from ltsedge.runners.reference import BANDWIDTH_VERSION
+from ltsedge.workloads import WORKLOADS
 
 WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
 DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variants: it is left out of them
@@ -93,6 +95,10 @@ def measurement_settings(profile, shapes: dict | None = None, variant: str = DEF
         settings["shapes"] = {name: list(dims) for name, dims in sorted(shapes.items())}
     if variant != DEFAULT_VARIANT:
         settings["context"] = profile.context
+        # Decode ratios are to the bandwidth reference since it was added (runners/reference.py): figures
+        # timed beside the compute reference are of another unit, and never answer for these.
+        if any(w.variant == variant and w.reference == "bandwidth" for w in WORKLOADS.values()):
+            settings["bandwidth_reference"] = BANDWIDTH_VERSION
     return settings
 
 

@@ -26,6 +26,10 @@ class Workload:
     budget: str  # its budget key: budgets file, device profile, check's --flag (dashed)
     metric: str  # its name in check's verdicts and reports
     label: str  # a report's axis label
+    # The reference timed beside it (runners/reference.py): "compute" (four MatMuls over 192 rows) moves
+    # with a compute-bound pass; "bandwidth" (matrix-vector products over 96 MB) with a decode step,
+    # which reads every weight once per token.
+    reference: str = "compute"
 
 
 def _forward_axes(profile: Any) -> dict[str, int]:
@@ -48,7 +52,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("forward", "forward", _forward_axes, "latency_ms", "max_latency_ms", "latency", "latency (ms)"),
     Workload("prefill", "generate", _prefill_axes, "prefill_latency_ms", "max_prefill_ms", "prefill", "prefill (ms)"),
     Workload("decode", "generate", _decode_axes, "decode_latency_ms", "max_decode_ms", "decode",
-             "decode (ms / token)"),
+             "decode (ms / token)", reference="bandwidth"),
 )}
 PRIMARY_WORKLOAD = "decode"  # of a generate model: its latency_ms is the time per generated token
 

@@ -38,7 +38,7 @@ class ScriptedRunner(Runner):
 
     def _time_reference(self, seconds):
         self.reference_windows += 1
-        return [self.machine_ms] * 10
+        return [self.machine_ms] * 10, [2 * self.machine_ms] * 10  # compute, bandwidth reference
 
     def _measure_path(self, path, shapes, race):
         self.calibrate()
@@ -186,6 +186,43 @@ def test_the_drift_guard_keeps_to_the_run_s_own_calibration():
         (m,) = runner.measure_many([b"model"])
     assert m.drift_remeasured and "ran +30%" in logs[0]
     assert m.latency_ms == pytest.approx(20.0)  # the ratio cancels it; ms through the pinned scale
+
+
+def test_the_bandwidth_reference_is_pinned_beside_the_compute_one_and_an_older_pin_is_redone(tmp_path):
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        with ScriptedRunner(FAST, machine_ms=10.0) as runner:
+            key = calibration_key(runner.fingerprint(), FAST)
+            store.put_calibration(*key, PinnedCalibration(9.0, 0.0, 0.02, (9.0,) * 5).to_dict(),
+                                  fingerprint=runner.fingerprint(), settings={})  # pinned before bandwidth
+            pinned = pinned_calibration(store, runner, log=lambda line: None)
+        assert runner.reference_windows == runner_module.PIN_WINDOWS  # measured again
+        assert (pinned.reference_ms, pinned.bandwidth_ms) == (10.0, 20.0)
+        assert PinnedCalibration.from_dict(store.get_calibration(*key)) == pinned
+        assert pinned.calibration.bandwidth_scale == 0.5  # a bandwidth sample x 0.5: in compute ms
+    with pytest.raises(ValueError):
+        PinnedCalibration.from_dict({**pinned.to_dict(), "bandwidth_ms": -1.0})
+
+
+def test_a_decode_step_is_timed_beside_the_bandwidth_reference_in_one_unit_with_the_rest(tmp_path):
+    from ltsedge.architecture import Architecture
+    from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
+
+    arch = Architecture(n_layer=1, d_model=64, n_head=[2], d_inner=[128], vocab_size=300, n_positions=64)
+    data = export_model(arch, ExportOptions(variant="generate")).to_bytes()
+    pinned = PinnedCalibration(1.0, 0.0, 0.0, (1.0,), bandwidth_ms=4.0)  # a bandwidth sample x 0.25
+    with Runner(FAST.replace(context=16), pinned=pinned) as runner:
+        m = runner.measure(data)
+        run = runner.run_calibration
+    assert m.ok and run.bandwidth_ms > 0 and runner.bandwidth_scale() == 0.25
+    decode, prefill = m.workloads["decode"], m.workloads["prefill"]
+    assert (decode["reference"], prefill["reference"]) == ("bandwidth", "compute")
+    # The decode step's reference samples were recorded x 0.25; its ratio is to them, its ms through the
+    # pinned compute reference: ratio x 1.0 = its own time / (bandwidth reference time / 4).
+    assert decode["latency_ms"] == pytest.approx(decode["latency_ratio"] * 1.0)
+    beside = decode["reference_ms"] / 0.25  # the bandwidth reference's own ms beside the model
+    assert 0.5 * run.bandwidth_ms < beside < 3 * run.bandwidth_ms
+    assert 0.5 * run.reference_ms < prefill["reference_ms"] < 3 * run.reference_ms  # beside the compute one
 
 
 # ---------------------------------------------------------------------------------------------

@@ -187,20 +187,22 @@ def test_memory_of_a_large_model_does_not_leak_into_the_next(large_path, small_p
 
 
 def test_over_the_memory_limit(large_path, small_path):
-    with Runner(FAST, memory_limit_mb=150) as runner:
+    # The worker with its two references rests at ~150 MB; the large model adds its 192 MB of weights.
+    with Runner(FAST, memory_limit_mb=250) as runner:
         m = runner.measure(large_path)
         after = runner.measure(small_path)  # the same Runner carries on with a fresh worker
-    assert not m.ok and m.error == "exceeded the memory limit of 150 MB"
+    assert not m.ok and m.error == "exceeded the memory limit of 250 MB"
     assert m.latency_ms is None and m.weights_mb == pytest.approx(192.0)
     assert after.ok
 
 
 def test_retire_policy():
-    """A worker whose resting memory grew, or that cannot reset its peak counter, is replaced."""
+    """A worker whose resting memory grew since its first model, or that cannot reset its peak counter, is
+    replaced; loading the references before the first model is not growth."""
     class FakeWorker:
         def __init__(self, resettable):
             self.hello = {"rss_mb": 50.0, "peak_resettable": resettable}
-            self.closed = False
+            self.closed, self.rested_mb = False, None
 
         def close(self):
             self.closed = True
@@ -211,6 +213,12 @@ def test_retire_policy():
             runner._worker = worker = FakeWorker(resettable)
             runner._maybe_retire({"rss_after_mb": rss_after})
             assert worker.closed is retired and (runner._worker is None) is retired
+        runner._worker = worker = FakeWorker(True)
+        runner._maybe_retire({"baseline_rss_mb": 150.0, "rss_after_mb": 160.0})  # references: 100 MB at rest
+        runner._maybe_retire({"baseline_rss_mb": 170.0, "rss_after_mb": 200.0})
+        assert not worker.closed and worker.rested_mb == 150.0
+        runner._maybe_retire({"baseline_rss_mb": 200.0, "rss_after_mb": 150.0 + 65})
+        assert worker.closed
     finally:
         runner._worker = None
         runner.close()
@@ -339,6 +347,15 @@ def test_a_sample_holds_at_least_one_run():
     settings = SimpleNamespace(warmup=1, min_runs=6, max_runs=6, max_seconds=10.0, tolerance=0.5)
     timed = timing.time_paired(lambda: None, lambda: None, 1.0, settings, clock=SteppingClock())
     assert len(timed.ratios) == 6 and all(r > 0 for r in timed.ratios)
+
+
+def test_reference_samples_are_recorded_times_the_scale():
+    """A decode step's bandwidth reference is recorded in the compute reference's ms: scale x its own."""
+    settings = SimpleNamespace(warmup=0, min_runs=4, max_runs=4, max_seconds=10.0, tolerance=0.5)
+    plain = timing.time_paired(lambda: None, lambda: None, 1.0, settings, clock=SteppingClock())
+    scaled = timing.time_paired(lambda: None, lambda: None, 1.0, settings, reference_scale=0.25, clock=SteppingClock())
+    assert scaled.reference_ms == pytest.approx([0.25 * r for r in plain.reference_ms])
+    assert scaled.ratios == pytest.approx([4 * r for r in plain.ratios])
 
 
 @pytest.mark.parametrize("code, oom_before, oom_after, log, expected", [

@@ -89,3 +89,13 @@ def test_the_table_imports_nothing_heavy():
     code = "import sys, ltsedge.workloads; print(sorted({'numpy', 'onnxruntime', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_decode_figure_is_keyed_by_its_reference_and_a_forward_key_is_as_it_was():
+    from ltsedge.keys import measurement_settings
+    from ltsedge.runners.reference import BANDWIDTH_VERSION
+
+    profile = load_profile("cpu")
+    assert WORKLOADS["decode"].reference == "bandwidth" and WORKLOADS["prefill"].reference == "compute"
+    assert measurement_settings(profile, variant="generate")["bandwidth_reference"] == BANDWIDTH_VERSION
+    assert measurement_settings(profile) == profile.settings()  # forward keys predate both references

@@ -135,4 +135,4 @@ def calibrated(samples: dict, calibration_ms: float) -> dict:
             "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
-            "coarse": samples.get("coarse", False)}
+            "coarse": samples.get("coarse", False), "reference": samples.get("reference", "compute")}

@@ -59,21 +59,38 @@ def cool_down(profile, *, temperature: Callable[[], float | None], clock: Callab
         sleep(min(WAIT_STEP_S, profile.max_cooldown_wait_s - waited))
 
 
+def _median_and_noise(samples: list[float]) -> tuple[float, float]:
+    median = statistics.median(samples)
+    mad = statistics.median(abs(s - median) for s in samples)
+    return median, (mad / median if median > 0 else 0.0)
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """The reference model alone, after warm-up: its median per-run time and its relative spread."""
+    """The references alone, after warm-up: the compute reference's median per-run time and relative
+    spread, and the bandwidth reference's (None where it was not timed: an older calibration)."""
 
     reference_ms: float
     noise: float  # median absolute deviation / median of the calibration samples
+    bandwidth_ms: float | None = None
+    bandwidth_noise: float = 0.0
 
     @classmethod
-    def from_samples(cls, samples: list[float]) -> Calibration:
-        median = statistics.median(samples)
-        mad = statistics.median(abs(s - median) for s in samples)
-        return cls(median, mad / median if median > 0 else 0.0)
+    def from_samples(cls, samples: list[float], bandwidth: list[float] | None = None) -> Calibration:
+        bandwidth_ms, bandwidth_noise = _median_and_noise(bandwidth) if bandwidth else (None, 0.0)
+        return cls(*_median_and_noise(samples), bandwidth_ms, bandwidth_noise)
+
+    @property
+    def bandwidth_scale(self) -> float | None:
+        """Compute over bandwidth reference time: a bandwidth reference sample times this is in the
+        compute reference's milliseconds (reference.py)."""
+        return self.reference_ms / self.bandwidth_ms if self.bandwidth_ms else None
 
     def to_dict(self) -> dict:
-        return {"reference_ms": self.reference_ms, "noise": self.noise}
+        out = {"reference_ms": self.reference_ms, "noise": self.noise}
+        if self.bandwidth_ms is not None:
+            out.update(bandwidth_ms=self.bandwidth_ms, bandwidth_noise=self.bandwidth_noise)
+        return out
 
 
 PIN_WINDOWS = 5  # windows of the reference alone, each timed like a run's calibration
@@ -96,37 +113,49 @@ class PinnedCalibration:
     spread: float
     windows: tuple[float, ...] = ()
     created_at: str | None = None
+    bandwidth_ms: float | None = None  # the bandwidth reference's low quantile, timed in the same windows
+    bandwidth_windows: tuple[float, ...] = ()
 
     @classmethod
-    def from_windows(cls, windows: list[list[float]], created_at: str | None = None) -> PinnedCalibration:
+    def from_windows(cls, windows: list[list[float]], created_at: str | None = None,
+                     bandwidth_windows: list[list[float]] | None = None) -> PinnedCalibration:
         each = [Calibration.from_samples(w) for w in windows if w]
         if not each:
             raise ValueError("no window of the reference was timed")
         medians = sorted(c.reference_ms for c in each)
         low, high = (medians[round(q * (len(medians) - 1))] for q in (PIN_QUANTILE, 1 - PIN_QUANTILE))
+        bandwidth = sorted(statistics.median(w) for w in bandwidth_windows or () if w)
         # The spread: the windows' interquartile range (one burst of a neighbour is not the machine's spread)
         return cls(low, statistics.median(c.noise for c in each), (high - low) / low,
-                   tuple(c.reference_ms for c in each), created_at)
+                   tuple(c.reference_ms for c in each), created_at,
+                   bandwidth[round(PIN_QUANTILE * (len(bandwidth) - 1))] if bandwidth else None, tuple(bandwidth))
 
     @classmethod
     def from_dict(cls, data: dict) -> PinnedCalibration:
         """Read back from the store; ValueError when the stored object is not one."""
         try:
+            bandwidth = data.get("bandwidth_ms")
             pinned = cls(float(data["reference_ms"]), float(data["noise"]), float(data["spread"]),
-                         tuple(float(w) for w in data.get("windows", ())), data.get("created_at"))
+                         tuple(float(w) for w in data.get("windows", ())), data.get("created_at"),
+                         None if bandwidth is None else float(bandwidth),
+                         tuple(float(w) for w in data.get("bandwidth_windows", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a pinned calibration ({e})") from None
-        if not pinned.reference_ms > 0 or not 0 <= pinned.spread < float("inf"):
+        if not pinned.reference_ms > 0 or not 0 <= pinned.spread < float("inf") \
+                or not (pinned.bandwidth_ms is None or pinned.bandwidth_ms > 0):
             raise ValueError(f"not a pinned calibration ({data})")
         return pinned
 
     @property
     def calibration(self) -> Calibration:
-        return Calibration(self.reference_ms, self.noise)
+        return Calibration(self.reference_ms, self.noise, self.bandwidth_ms)
 
     def to_dict(self) -> dict:
-        return {"reference_ms": self.reference_ms, "noise": self.noise, "spread": self.spread,
-                "windows": list(self.windows), "created_at": self.created_at}
+        out = {"reference_ms": self.reference_ms, "noise": self.noise, "spread": self.spread,
+               "windows": list(self.windows), "created_at": self.created_at}
+        if self.bandwidth_ms is not None:
+            out.update(bandwidth_ms=self.bandwidth_ms, bandwidth_windows=list(self.bandwidth_windows))
+        return out
 
     def state(self, run: Calibration) -> str | None:
         """One line on how this run's machine differs from the pinned one; None within the noise (the
@@ -175,7 +204,9 @@ def pinned_calibration(store, runner: Runner, *, redo: bool = False,
     stored = None if redo else store.get_calibration(*key)
     if stored is not None:
         try:
-            return PinnedCalibration.from_dict(stored)
+            pinned = PinnedCalibration.from_dict(stored)
+            if pinned.bandwidth_ms is not None:  # pinned before the bandwidth reference: pinned again
+                return pinned
         except ValueError:
             pass  # damaged: measured again, and replaced
     if not redo:

@@ -39,6 +39,7 @@ class WorkerProcess:
             raise LtsedgeError("measuring needs Linux or macOS (the worker's pipe is waited on with select)")
         self.log_path = log_path
         self.served = 0  # models measured so far
+        self.rested_mb: float | None = None  # its RSS before its first model (the Runner's retire rule)
         env = dict(os.environ)
         package_root = str(Path(ltsedge.__file__).resolve().parent.parent)  # find this ltsedge, not another
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)

@@ -35,7 +35,7 @@ from ltsedge.runners.policy import PIN_PAUSE_S, PIN_WINDOW_S, PIN_WINDOWS, Calib
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
-from ltsedge.runners.reference import reference_model
+from ltsedge.runners.reference import bandwidth_model, reference_model
 from ltsedge.wire import weights_mb
 from ltsedge.workloads import PRIMARY_WORKLOAD, WORKLOADS
 
@@ -70,7 +70,7 @@ class Runner:
         self.clock, self.sleep = clock, sleep
         self._tmp = tempfile.TemporaryDirectory(prefix="ltsedge-runner-")
         self._worker: WorkerProcess | None = None
-        self._reference_path: Path | None = None
+        self._reference_paths: set[Path] = set()
         self._count = 0
         # The scale: milliseconds = ratio x this. The machine's pinned calibration, a resumed search's
         # own, or else the run's own calibration.
@@ -80,6 +80,7 @@ class Runner:
         self.run_calibration: Calibration | None = None
         self.pinned: PinnedCalibration | None = None
         self._guard: DriftGuard | None = None
+        self._bandwidth_guard: DriftGuard | None = None  # for workloads timed beside the bandwidth reference
         if calibration is not None:
             self.use_calibration(calibration)
         if pinned is not None:
@@ -115,8 +116,9 @@ class Runner:
                 self._cool_down()
             result = self.measure(model, shapes=shapes, race=race(i) if race else None)
             if result.drift is not None and self.profile.drift_check_every:
+                guard = self._guard_for(result, result.reference_ms)
                 self.log(f"the reference model ran {result.drift:+.0%} against the run's calibration while "
-                         f"model {i + 1} was timed (limit {self._guard.limit:.0%}); measuring it again")
+                         f"model {i + 1} was timed (limit {guard.limit:.0%}); measuring it again")
                 report(i, result)
                 self._cool_down()
                 result = self.measure(model, shapes=shapes, race=race(i) if race else None)
@@ -127,7 +129,8 @@ class Runner:
 
     def use_calibration(self, calibration: Calibration) -> None:
         """Measure against a run's calibration taken earlier: the scale and the drift guard's baseline."""
-        self.calibration, self.run_calibration, self._guard = calibration, calibration, DriftGuard(calibration)
+        self.calibration, self.run_calibration = calibration, calibration
+        self._guard, self._bandwidth_guard = DriftGuard(calibration), None
 
     def use_pinned(self, pinned: PinnedCalibration | Calibration) -> None:
         """Milliseconds through a scale fixed beforehand (the machine's pinned calibration, or a resumed
@@ -140,8 +143,8 @@ class Runner:
         """Time the reference alone (after warm-up) if this run has not yet: its own calibration (the
         drift guard's baseline), and the scale unless one was given. Returns the scale."""
         if self.run_calibration is None:
-            self.run_calibration = Calibration.from_samples(self._time_reference(CALIBRATION_S))
-            self._guard = DriftGuard(self.run_calibration)
+            self.run_calibration = Calibration.from_samples(*self._time_reference(CALIBRATION_S))
+            self._guard, self._bandwidth_guard = DriftGuard(self.run_calibration), None
         if self.calibration is None:
             self.calibration = self.run_calibration
         return self.calibration
@@ -151,32 +154,55 @@ class Runner:
         """The machine's calibration, measured carefully: ``windows`` windows of the reference alone with
         pauses between (policy.PinnedCalibration). The last window also serves as this run's own
         calibration when it has none yet."""
-        timed = []
+        timed, bandwidth = [], []
         for i in range(windows):
             if i:
                 self.sleep(pause_s)
-            timed.append(self._time_reference(seconds))
+            compute_ms, bandwidth_ms = self._time_reference(seconds)
+            timed.append(compute_ms)
+            bandwidth.append(bandwidth_ms)
         if self.run_calibration is None:
-            self.run_calibration = Calibration.from_samples(timed[-1])
-            self._guard = DriftGuard(self.run_calibration)
+            self.run_calibration = Calibration.from_samples(timed[-1], bandwidth[-1])
+            self._guard, self._bandwidth_guard = DriftGuard(self.run_calibration), None
         from datetime import datetime, timezone
 
-        return PinnedCalibration.from_windows(timed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        return PinnedCalibration.from_windows(timed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                              bandwidth)
 
-    def _time_reference(self, seconds: float) -> list[float]:
-        """Per-run ms of the reference alone, ``seconds`` of it after warm-up."""
+    def bandwidth_scale(self) -> float:
+        """Compute over bandwidth reference time, from the scale's calibration (the pinned one: fixed for
+        the machine), else the run's own: a bandwidth reference sample times this is in the compute
+        reference's milliseconds, so every workload's ratio is in one unit (reference.py)."""
+        self.calibrate()
+        return self.calibration.bandwidth_scale or self.run_calibration.bandwidth_scale or 1.0
+
+    def _guard_for(self, measurement: Measurement, reference_ms: float) -> DriftGuard | None:
+        """The drift guard of the reference the measurement's primary workload was timed beside. The
+        bandwidth reference runs slower beside a model than alone (the model's weights evict its own
+        from the caches: +10-17% here), so its guard's baseline is its level beside the run's first
+        such model, not the calibration: the guard watches for change within the run."""
+        primary = (measurement.workloads or {}).get(measurement.workload) or {}
+        if primary.get("reference") != "bandwidth":
+            return self._guard
+        if self._bandwidth_guard is None and self.run_calibration is not None:
+            self._bandwidth_guard = DriftGuard(Calibration(reference_ms, self.run_calibration.bandwidth_noise))
+        return self._bandwidth_guard
+
+    def _time_reference(self, seconds: float) -> tuple[list[float], list[float]]:
+        """Per-run ms of each reference alone (compute, bandwidth), ``seconds`` of each after warm-up."""
         worker = self._ensure_worker()
         # Our own small model, under the profile's memory limit and its timeout (absurd thread counts
         # show up here first); the timeout is per model, so the reference gets at least its floor.
         timeout_s = min(max(self.profile.timeout_s, CALIBRATION_FLOOR_S), CALIBRATION_TIMEOUT_S)
         try:
             reply = worker.request({"cmd": "calibrate", "run": RunSettings.from_profile(self.profile),
-                                    "reference_path": str(self._reference()), "seconds": seconds},
+                                    "reference_path": str(self._reference()),
+                                    "bandwidth_path": str(self._reference("bandwidth")), "seconds": seconds},
                                    timeout_s=timeout_s, memory_limit_mb=self.profile.memory_limit_mb)
         except WorkerDied as e:
             self._worker = None
             raise LtsedgeError(f"the reference model could not be timed on this device ({e})") from None
-        return reply["reference_ms"]
+        return reply["reference_ms"], reply.get("bandwidth_ms") or []
 
     def fingerprint(self) -> dict[str, Any]:
         return machine_fingerprint(self.profile)
@@ -215,7 +241,9 @@ class Runner:
         worker = self._ensure_worker()
         first_model = worker.served == 0
         request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile),
-                   "shapes": shapes, "reference_path": str(self._reference()), "race": race}
+                   "shapes": shapes, "reference_path": str(self._reference()),
+                   "bandwidth_path": str(self._reference("bandwidth")), "bandwidth_scale": self.bandwidth_scale(),
+                   "race": race}
         try:
             reply = worker.request(request, timeout_s=self.profile.timeout_s,
                                    memory_limit_mb=self.profile.memory_limit_mb)
@@ -247,12 +275,13 @@ class Runner:
             generation = dict(workload=PRIMARY_WORKLOAD if PRIMARY_WORKLOAD in figures else next(iter(figures)),
                               **{w.figure: figures.get(w.name, {}).get("latency_ms") for w in generating},
                               kv_cache_mb=reply.get("kv_cache_mb"), workloads=figures)
+        measurement = Measurement(ok=True, error=None, **{k: primary[k] for k in PRIMARY_FIELDS}, **generation,
+                                  calibration_ms=self.calibration.reference_ms, peak_memory_mb=reply["peak_memory_mb"],
+                                  device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
         reference_ms = primary["reference_ms"]
-        drift = self._guard.change(reference_ms) if self._guard and self._guard.drifted(reference_ms) else None
-        return Measurement(ok=True, error=None, **{k: primary[k] for k in PRIMARY_FIELDS}, **generation,
-                           calibration_ms=self.calibration.reference_ms, drift=drift,
-                           peak_memory_mb=reply["peak_memory_mb"],
-                           device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
+        guard = self._guard_for(measurement, reference_ms)
+        measurement.drift = guard.change(reference_ms) if guard and guard.drifted(reference_ms) else None
+        return measurement
 
     # -- the worker ------------------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
@@ -269,7 +298,11 @@ class Runner:
         worker = self._worker
         if worker is None:
             return
-        grown = reply.get("rss_after_mb", 0.0) - worker.hello["rss_mb"]
+        # Growth from the worker at rest before its first model (the references loaded: ~100 MB above
+        # the worker at start-up, which would retire it after every model)
+        if worker.rested_mb is None:
+            worker.rested_mb = reply.get("baseline_rss_mb", worker.hello["rss_mb"])
+        grown = reply.get("rss_after_mb", 0.0) - worker.rested_mb
         if self.fresh_worker_per_model or not worker.hello["peak_resettable"] or grown > RESTART_GROWTH_MB:
             worker.close()
             self._worker = None
@@ -279,11 +312,13 @@ class Runner:
         return policy.cool_down(self.profile, temperature=self.sensors.temperature_c, clock=self.clock,
                                 sleep=self.sleep, log=self.log)
 
-    def _reference(self) -> Path:
-        if self._reference_path is None:
-            self._reference_path = Path(self._tmp.name) / "reference.onnx"
-            self._reference_path.write_bytes(reference_model())
-        return self._reference_path
+    def _reference(self, kind: str = "compute") -> Path:
+        """The reference model's file (written once per runner): "compute" or "bandwidth"."""
+        path = Path(self._tmp.name) / f"reference-{kind}.onnx"
+        if path not in self._reference_paths:
+            path.write_bytes(reference_model() if kind == "compute" else bandwidth_model())
+            self._reference_paths.add(path)
+        return path
 
 def measure(model: Model, profile: DeviceProfile, *, shapes: dict[str, list[int]] | None = None,
             **runner_options: Any) -> Measurement:

@@ -38,6 +38,7 @@ class Timed:
     stopped_early: bool = False  # raced out: dominated beyond its uncertainty, not refined
     runs_per_sample: int = 1
     coarse: bool = False  # timed to a coarse policy: not the objective of a raced search (racing.py)
+    reference: str = "compute"  # the reference timed beside it (Workload.reference)
 
     @property
     def ratios(self) -> list[float]:
@@ -46,7 +47,7 @@ class Timed:
     def to_dict(self) -> dict:
         return {"model_ms": self.model_ms, "reference_ms": self.reference_ms, "converged": self.converged,
                 "stopped_early": self.stopped_early, "runs_per_sample": self.runs_per_sample,
-                "coarse": self.coarse}
+                "coarse": self.coarse, "reference": self.reference}
 
 
 def runs_filling(run_once: Callable[[], object], ms: float, clock=time.perf_counter) -> tuple[int, float]:
@@ -70,11 +71,13 @@ def timed_sample(run_once: Callable[[], object], runs: int, clock=time.perf_coun
 
 def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object], reference_run_ms: float,
                 settings, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
-                clock=time.perf_counter) -> Timed:
+                reference_scale: float = 1.0, clock=time.perf_counter) -> Timed:
     """Warm-up, then paired samples until the median ratio is known within tolerance, the budget is
     spent, or (racing) ``stop_early`` says the first ``first_estimate`` samples settle it.
 
-    ``reference_run_ms``: the reference's per-run time, to size its samples like the model's."""
+    ``reference_run_ms``: the reference's per-run time, to size its samples like the model's.
+    ``reference_scale``: every reference sample is recorded times it (a workload timed beside the
+    bandwidth reference: its samples in the compute reference's milliseconds, see ``reference.py``)."""
     for _ in range(settings.warmup):
         model_once()
     per_sample, per_run_ms = runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
@@ -86,9 +89,9 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
         # Alternate which goes first, so that neither always follows the other's cache state.
         if len(timed.model_ms) % 2 == 0:
             timed.model_ms.append(timed_sample(model_once, per_sample, clock))
-            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock))
+            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock) * reference_scale)
         else:
-            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock))
+            timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock) * reference_scale)
             timed.model_ms.append(timed_sample(model_once, per_sample, clock))
         n = len(timed.model_ms)
         if stop_early is not None and n == first_estimate and stop_early(timed):

@@ -9,10 +9,14 @@ the measurement of one model.
 
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
-  -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "reference_path": ..., "race": Race}
+  -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "reference_path": ...,
+      "bandwidth_path": ..., "bandwidth_scale": float, "race": Race}
   <- {"ok": True, "workloads": {name: paired samples}, ...} or {"ok": False, "error": "failed to load: ..."}
-  -> {"cmd": "calibrate", "run": RunSettings, "reference_path": ..., "seconds": 1.0}
-  <- {"ok": True, "reference_ms": [...]}
+  -> {"cmd": "calibrate", "run": RunSettings, "reference_path": ..., "bandwidth_path": ..., "seconds": 1.0}
+  <- {"ok": True, "reference_ms": [...], "bandwidth_ms": [...]}
+Each workload is timed beside its reference (``Workload.reference``: the compute one, or the bandwidth
+one for a decode step, whose samples are recorded times ``bandwidth_scale``: in the compute reference's
+milliseconds).
   -> {"cmd": "exit"}  (or EOF)
 On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
 
@@ -53,6 +57,7 @@ from ltsedge.runners.memory import (
 from ltsedge.runners.protocol import RunSettings, read_message, write_message
 from ltsedge.runners.racing import Race
 from ltsedge.runners.session import configure_malloc, create_session, failure_kind, first_line, make_run_once
+from ltsedge.workloads import WORKLOADS
 
 MB = 2**20
 TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
@@ -91,23 +96,27 @@ class Reference:
         _, self.run_ms = timing.runs_filling(self.run_once, 50.0)
 
 
-_reference: Reference | None = None
+_references: dict[str, Reference] = {}
 
 
-def reference(settings: RunSettings, path: str | None) -> Reference | None:
-    global _reference
-    if _reference is None and path:
-        _reference = Reference(path, settings)
-        release_memory()
-    return _reference
+def references(settings: RunSettings, request: dict) -> dict[str, Reference]:
+    """The references the request names, each loaded once (both before a model's memory baseline)."""
+    for kind, key in (("compute", "reference_path"), ("bandwidth", "bandwidth_path")):
+        if kind not in _references and request.get(key):
+            _references[kind] = Reference(request[key], settings)
+            release_memory()
+    return _references
 
 
 def calibrate(request: dict) -> dict:
-    """The reference alone: the run's calibration (and the drift guard's baseline)."""
+    """Each reference alone: the run's calibration (and the drift guard's baseline)."""
     configure_malloc(request["run"])
-    ref = reference(request["run"], request["reference_path"])
-    samples = timing.calibrate(ref.run_once, request.get("seconds", 1.0))
-    return {"ok": True, "reference_ms": samples}
+    refs = references(request["run"], request)
+    seconds = request.get("seconds", 1.0)
+    reply = {"ok": True, "reference_ms": timing.calibrate(refs["compute"].run_once, seconds)}
+    if "bandwidth" in refs:
+        reply["bandwidth_ms"] = timing.calibrate(refs["bandwidth"].run_once, seconds)
+    return reply
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +128,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         malloc = configure_malloc(settings)
     except RuntimeError as e:
         return {"ok": False, "error": str(e), "failure_kind": "environment"}
-    ref = reference(settings, request["reference_path"])
+    refs = references(settings, request)
     device_id = int(settings.provider_options.get("device_id", 0))
     release_memory()
     if peak_resettable and not reset_peak():  # it worked at start-up: a failure now is worth saying
@@ -156,8 +165,11 @@ def measure(request: dict, peak_resettable: bool) -> dict:
             try:
                 run_once = make_run_once(session, feeds, settings)
                 policy = race.secondary(settings) if coarse else settings
-                result = _time(run_once, ref, policy, race if raced else None, baseline)
-                result.coarse = coarse
+                kind = WORKLOADS[workload].reference if workload in WORKLOADS else "compute"
+                kind = kind if kind in refs else "compute"  # a parent that sends no bandwidth reference
+                scale = request.get("bandwidth_scale", 1.0) if kind == "bandwidth" else 1.0
+                result = _time(run_once, refs[kind], scale, policy, race if raced else None, baseline)
+                result.coarse, result.reference = coarse, kind
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
                 reply["failure_kind"] = failure_kind(e, reply["error"])
@@ -169,7 +181,7 @@ def measure(request: dict, peak_resettable: bool) -> dict:
         reply["inference_seconds"] = time.perf_counter() - t1
         peak = peak_rss_bytes()
         gpu_after = gpu_memory_bytes(device_id) if gpu_before is not None else None
-        reply.update(ok=True, error=None, workloads=timed, reference_run_ms=ref.run_ms,
+        reply.update(ok=True, error=None, workloads=timed, reference_run_ms=refs["compute"].run_ms,
                      peak_memory_mb=max(0.0, (peak - baseline) / MB) if peak is not None else None,
                      device_peak_memory_mb=max(0.0, (gpu_after - gpu_before) / MB) if gpu_after is not None else None)
         return reply
@@ -184,13 +196,14 @@ def _ordered(workloads: tuple[str, ...], race: Race | None) -> list[str]:
     return sorted(workloads, key=lambda w: w != (race.workload if race else None))
 
 
-def _time(run_once, ref: Reference, settings: RunSettings, race: Race | None, baseline: int) -> timing.Timed:
+def _time(run_once, ref: Reference, scale: float, settings: RunSettings, race: Race | None,
+          baseline: int) -> timing.Timed:
     def settled(timed: timing.Timed) -> bool:
         peak = peak_rss_bytes()
         memory_mb = max(0.0, (peak - baseline) / MB) if peak is not None else None
         return race.settled(timed.ratios, memory_mb)
 
-    return timing.time_paired(run_once, ref.run_once, ref.run_ms, settings,
+    return timing.time_paired(run_once, ref.run_once, ref.run_ms, settings, reference_scale=scale,
                               first_estimate=race.first_estimate if race else None, stop_early=settled if race else None)
 
 
