@@ -32,14 +32,15 @@ from ltsedge.store import MeasurementStore
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
                   target_ort: str | None = None, variant: str | None = None, scheduler: str | None = None,
-                  machine: str | None = None, precision: str | None = None) -> dict:
+                  machine: str | None = None, precision: str | None = None, quantization=None) -> dict:
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object).
 
     ``precision`` (an architecture only; default: the profile's [export] precision, else fp32): the
     candidate is exported at it, and keyed by it in the store (one ``ExportOptions`` of the variant,
     target and precision makes both the export and its key). An ONNX file is measured as it is: its
     variant is the one it was exported as (``variant``, when given, must agree), ``shapes`` must name its
-    inputs (checked before anything is measured or stored)."""
+    inputs (checked before anything is measured or stored). ``quantization``: how the precision is reached
+    (``exporters.quantize.QuantOptions``; None: the defaults), an architecture's too."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
     if path.is_dir():
@@ -50,13 +51,13 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     sha256 = options = None
     if path.suffix.lower() == ".json":
         options = ExportOptions(variant=variant or DEFAULT_VARIANT, target_ort=target_ort,
-                                precision=precision or profile.precision or DEFAULT_PRECISION)
+                                precision=precision or profile.precision or DEFAULT_PRECISION, quantization=quantization)
         variant, precision = options.variant, options.precision
         check_precision(precision, options.target.runtime, profile.execution_provider)  # before anything is measured
         arch = Architecture.load(path)
         key = options.model_key(arch)
     else:
-        if precision is not None:
+        if precision is not None or quantization is not None:
             raise LtsedgeError(f"--precision is for an architecture (ARCH.json): {path} is measured as it is "
                                f"(quantize it before, or export the architecture with --precision)")
         arch, declared = _architecture_or_none(path)

@@ -289,3 +289,22 @@ def test_a_search_at_int4_measures_and_publishes_int4_models(tmp_path):
                   "--out", tmp_path / "old", "--store", store, "--quiet")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "old" / "candidates.jsonl").exists()  # refused before anything was measured
+
+
+def test_quantization_flags_reach_the_file_and_the_store_key_and_a_flag_of_another_precision_is_refused(
+        tmp_path, arch_file):
+    path = arch_file(SMALL)
+    done = run("export", path, "-o", tmp_path / "b.onnx", "--precision", "int4", "--block-size", "64", "--asymmetric",
+               "--accuracy-level", "0")
+    assert done.returncode == 0, done.stderr
+    options = json.loads(read_metadata(onnx.load(tmp_path / "b.onnx", load_external_data=False))["quantization"])
+    assert options == {"block_size": 64, "symmetric": False, "accuracy_level": 0}
+    for args, words in ((("--precision", "int8", "--block-size", "64"), "--block-size: for --precision int4, not int8"),
+                        (("--precision", "int4", "--per-channel"), "--per-channel: for --precision int8, not int4"),
+                        (("--precision", "int4", "--block-size", "48"), "block size 48 must be one of")):
+        refused = run("export", path, "-o", tmp_path / "r.onnx", *args)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and words in refused.stderr
+        assert not (tmp_path / "r.onnx").exists()
+    model = tmp_path / "b.onnx"
+    refused = run("profile", model, "--block-size", "64", "--store", tmp_path / "s.sqlite")
+    assert refused.returncode == 2 and "is measured as it is" in refused.stderr  # an ONNX file is not re-quantized

@@ -10,7 +10,14 @@ from typing import Optional
 import typer
 
 from ltsedge.architecture import Architecture
-from ltsedge.cli.options import PRECISION_HELP
+from ltsedge.cli.options import (
+    ACCURACY_LEVEL_HELP,
+    BLOCK_SIZE_HELP,
+    PER_CHANNEL_HELP,
+    PRECISION_HELP,
+    SYMMETRIC_HELP,
+    quantization_options,
+)
 
 
 def space(
@@ -68,6 +75,10 @@ def export(
         None, "--target-ort", help="onnxruntime version the model must load in (default: 1.20, the oldest supported)."
     ),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
+    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help=PER_CHANNEL_HELP),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help=BLOCK_SIZE_HELP),
+    symmetric: Optional[bool] = typer.Option(None, "--symmetric/--asymmetric", help=SYMMETRIC_HELP),
+    accuracy_level: Optional[int] = typer.Option(None, "--accuracy-level", help=ACCURACY_LEVEL_HELP),
     cache_layout: Optional[str] = typer.Option(
         None, "--cache-layout", help="Generate variant of GPT-2/OPT: uniform (default: every layer's cache in one "
         "head count, which Optimum and transformers.js feed) or per-layer (each layer's own heads)."),
@@ -77,8 +88,10 @@ def export(
     from ltsedge.exporters.options import ExportOptions
 
     arch = Architecture.load(arch_file)
-    options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, cache_layout=cache_layout,
-                            external_data=external_data)
+    quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
+                                        symmetric=symmetric, accuracy_level=accuracy_level)
+    options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, quantization=quantization,
+                            cache_layout=cache_layout, external_data=external_data)
     model, files = export_to_path(arch, output, options, weights=weights, tokenizer=tokenizer)
     t = model.target
     kind = "trained" if weights else "random"

@@ -9,7 +9,19 @@ from typing import Optional
 
 import typer
 
-from ltsedge.cli.options import DEVICE_HELP, MACHINE_HELP, PRECISION_HELP, SCHEDULER_HELP, STORE_HELP, check_fleet
+from ltsedge.cli.options import (
+    ACCURACY_LEVEL_HELP,
+    BLOCK_SIZE_HELP,
+    DEVICE_HELP,
+    MACHINE_HELP,
+    PER_CHANNEL_HELP,
+    PRECISION_HELP,
+    SCHEDULER_HELP,
+    STORE_HELP,
+    SYMMETRIC_HELP,
+    check_fleet,
+    quantization_options,
+)
 from ltsedge.validate import parse_shape_options
 
 
@@ -35,14 +47,22 @@ def profile(
     machine: Optional[str] = typer.Option(None, "--machine", help=MACHINE_HELP),
     precision: Optional[str] = typer.Option(None, "--precision", help="For ARCH.json: " + PRECISION_HELP
                                             + " Default: the device profile's [export] precision, else fp32."),
+    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help="For ARCH.json: "
+                                               + PER_CHANNEL_HELP),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="For ARCH.json: " + BLOCK_SIZE_HELP),
+    symmetric: Optional[bool] = typer.Option(None, "--symmetric/--asymmetric", help="For ARCH.json: " + SYMMETRIC_HELP),
+    accuracy_level: Optional[int] = typer.Option(None, "--accuracy-level", help="For ARCH.json: "
+                                                 + ACCURACY_LEVEL_HELP),
 ) -> None:
     """Measure latency and peak memory of a model on a device (answered from the store when known)."""
     from ltsedge.profiling import profile_model
 
     check_fleet(scheduler, machine)
+    quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
+                                        symmetric=symmetric, accuracy_level=accuracy_level)
     result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
                            target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
-                           precision=precision)
+                           precision=precision, quantization=quantization)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:

@@ -12,6 +12,33 @@ SCHEDULER_HELP = "Measure on the ltsedge agents of this Dask scheduler (tcp://HO
 MACHINE_HELP = "With agents of several kinds of machine: the fingerprint hash of those to measure on."
 PRECISION_HELP = ("fp32 | int8 (onnxruntime's quantize_dynamic) | int4 (MatMulNBits, onnxruntime >= 1.17) | "
                   "fp16 (CUDA execution provider only).")
+# How a precision is reached (exporters.quantize.QuantOptions): a flag left out keeps its default, and the
+# store key names only options other than the defaults.
+PER_CHANNEL_HELP = "int8: one scale per output channel (default: --per-tensor, one per weight)."
+BLOCK_SIZE_HELP = "int4: weights per scale, 16 | 32 | 64 | 128 | 256 (default 32)."
+SYMMETRIC_HELP = "int4: symmetric blocks, no zero points (the default), or --asymmetric."
+ACCURACY_LEVEL_HELP = ("int4: MatMulNBits' compute type, 0 unset | 1 fp32 | 2 fp16 | 3 bf16 | 4 int8 "
+                       "(default 4: activations quantized per block at run time).")
+QUANT_FLAGS = {"int8": ("per_channel",), "int4": ("block_size", "symmetric", "accuracy_level")}
+
+
+def quantization_options(precision: str | None, *, per_channel: bool | None, block_size: int | None,
+                         symmetric: bool | None, accuracy_level: int | None):
+    """The QuantOptions the flags give (None: none given, the defaults). A flag of another precision than
+    an explicit --precision is refused in one line: it would change nothing."""
+    from ltsedge.exporters.quantize import QuantOptions
+
+    given = {k: v for k, v in (("per_channel", per_channel), ("block_size", block_size), ("symmetric", symmetric),
+                               ("accuracy_level", accuracy_level)) if v is not None}
+    if not given:
+        return None
+    if precision is not None:
+        other = sorted(set(given) - set(QUANT_FLAGS.get(precision, ())))
+        if other:
+            flags = ", ".join("--" + k.replace("_", "-") for k in other)
+            owner = " or ".join(p for p, names in QUANT_FLAGS.items() if set(other) & set(names))
+            raise LtsedgeError(f"{flags}: for --precision {owner}, not {precision}")
+    return QuantOptions(**given)
 
 
 def check_fleet(scheduler: str | None, machine: str | None) -> None:
