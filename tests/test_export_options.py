@@ -198,3 +198,17 @@ def test_the_search_exports_and_keys_with_one_options(tmp_path):
                                        target_ort=options.target_ort, objective=settings.objective,
                                        precision=options.precision)
         assert evaluator.store_key(EQUAL)[0] == options.model_key(EQUAL)
+        # A search hands the evaluator its one ExportOptions, quantization options included.
+        from ltsedge.exporters.quantize import QuantOptions
+
+        tuned = SearchSettings(objective="decode", precision="int4", quantization=QuantOptions(block_size=64))
+        evaluator = CandidateEvaluator(load_profile("cpu"), Stub(), store, tmp_path, Budgets(),
+                                       export=tuned.export_options, objective="decode")
+        assert evaluator.export == tuned.export_options
+        assert ":quantization=block_size64-" in evaluator.store_key(EQUAL)[0]
+        assert evaluator.store_key(EQUAL)[0] != SearchSettings(objective="decode", precision="int4") \
+            .export_options.model_key(EQUAL)
+        assert tuned.to_dict()["quantization"] == {"block_size": 64, "symmetric": True, "accuracy_level": 4}
+        with pytest.raises(ValueError, match="timed on the generate variant"):
+            CandidateEvaluator(load_profile("cpu"), Stub(), store, tmp_path, Budgets(),
+                               export=ExportOptions(variant="forward"), objective="decode")

@@ -276,8 +276,8 @@ def test_fp16_for_a_cuda_provider_holds_fp16_weights_behind_fp32_inputs_and_outp
 @pytest.mark.slow
 def test_a_search_at_int4_measures_and_publishes_int4_models(tmp_path):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
-    done = run("search", "--preset", "smoke", "--generations", "1", "--precision", "int4", "--out", out,
-               "--store", store, "--quiet", "--no-baseline")
+    done = run("search", "--preset", "smoke", "--generations", "1", "--precision", "int4", "--block-size", "64",
+               "--out", out, "--store", store, "--quiet", "--no-baseline")
     assert done.returncode == 0, done.stderr
     frontier = json.loads((out / "frontier.json").read_text())
     assert frontier["precision"] == "int4" and frontier["models"]
@@ -285,6 +285,9 @@ def test_a_search_at_int4_measures_and_publishes_int4_models(tmp_path):
     assert precision_of(model)["precision"] == "int4"
     keys = [k for (k,) in sqlite3.connect(store).execute("SELECT model_key FROM measurements")]
     assert keys and all(":precision=int4" in k for k in keys)  # an int4 figure never answers for fp32
+    assert all(":quantization=block_size64-" in k for k in keys)  # nor one of other quantization options
+    options = json.loads(read_metadata(model)["quantization"])
+    assert options["block_size"] == 64  # the published model was quantized as the search measured it
     refused = run("search", "--preset", "smoke", "--precision", "int4", "--target-ort", "1.16",
                   "--out", tmp_path / "old", "--store", store, "--quiet")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1

@@ -8,7 +8,18 @@ from typing import Optional
 
 import typer
 
-from ltsedge.cli.options import DEVICE_HELP, MACHINE_HELP, SCHEDULER_HELP, STORE_HELP, check_fleet
+from ltsedge.cli.options import (
+    ACCURACY_LEVEL_HELP,
+    BLOCK_SIZE_HELP,
+    DEVICE_HELP,
+    MACHINE_HELP,
+    PER_CHANNEL_HELP,
+    SCHEDULER_HELP,
+    STORE_HELP,
+    SYMMETRIC_HELP,
+    check_fleet,
+    quantization_options,
+)
 from ltsedge.errors import LtsedgeError
 from ltsedge.validate import scheduler_address
 
@@ -54,6 +65,10 @@ def search(
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | int8 | int4 (fp16 on CUDA): every "
                                             "candidate exported and measured as apps ship it (default: the "
                                             "profile's [export] precision, else fp32)."),
+    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help=PER_CHANNEL_HELP),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help=BLOCK_SIZE_HELP),
+    symmetric: Optional[bool] = typer.Option(None, "--symmetric/--asymmetric", help=SYMMETRIC_HELP),
+    accuracy_level: Optional[int] = typer.Option(None, "--accuracy-level", help=ACCURACY_LEVEL_HELP),
     seed_baseline: bool = typer.Option(True, "--seed-baseline/--no-seed-baseline", help="Start from the "
                                        "layer-scaled baseline models the space holds (half the first "
                                        "generation at most), so the front can only improve on them."),
@@ -72,13 +87,15 @@ def search(
     require("torch", "search")
     from ltsedge.search.api import SearchOptions, run_search
 
+    quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
+                                        symmetric=symmetric, accuracy_level=accuracy_level)
     options = SearchOptions(
         device=device, preset=preset, backbone=backbone, space_file=space_file, out=out, population=population, generations=generations,
         seed=seed, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, min_params=min_params,
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
         target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline, precision=precision,
-        search_timing=search_timing, resolution=resolution, scheduler=scheduler,
+        quantization=quantization, search_timing=search_timing, resolution=resolution, scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
     result = run_search(options)

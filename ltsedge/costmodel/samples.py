@@ -41,12 +41,12 @@ def policies(profile) -> tuple:
 
 
 def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                 precision: str = "fp32") -> list[tuple]:
+                 precision: str = "fp32", quantization=None) -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
     export target, variant and precision, machine, settings, onnxruntime) at any of the profile's
     ``policies``: the candidates a search exports with ``ExportOptions(variant, target.runtime,
     precision)``, keyed by it. One sample per architecture: the most precise of its figures."""
-    options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision)
+    options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision, quantization=quantization)
     model_key = options.model_key(like)
     found: dict[str, tuple] = {}
     own, rough, careful = policies(profile)
@@ -62,5 +62,6 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
 
 
 def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                    precision: str = "fp32") -> CostModel:
-    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision), profile, variant)
+                    precision: str = "fp32", quantization=None) -> CostModel:
+    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision, quantization),
+                     profile, variant)

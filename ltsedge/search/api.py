@@ -42,6 +42,7 @@ class SearchOptions:
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
     measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
+    quantization: object | None = None  # exporters.quantize.QuantOptions: how the precision is reached
     search_timing: str | None = None  # coarse | profile; None: coarse with --measure front, else profile
     resolution: float = 0.1  # publishing: the front thinned to models this far apart (0: all of it)
     seed_baseline: bool = True  # start the search from the layer-scaled baseline models the space holds
@@ -82,6 +83,7 @@ def resolve(options: SearchOptions):
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
         seed_baseline=options.seed_baseline, timing=options.search_timing, resolution=options.resolution,
+        quantization=options.quantization,
         precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )
     return settings, profile

@@ -24,7 +24,6 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, measurement_settings
-from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners import Measurement, MeasuringRunner
 from ltsedge.runners.measurement import complete, rescaled
@@ -45,20 +44,25 @@ class CandidateEvaluator:
                  budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
                  objective: str = "forward", racing: bool = False, screen: Screen | None = None,
-                 precision: str = "fp32", base_profile: DeviceProfile | None = None):
+                 precision: str = "fp32", base_profile: DeviceProfile | None = None,
+                 export: ExportOptions | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         # The profile ``profile``'s repeat policy derives from (a search timing coarsely measures with
         # ``coarse(base_profile)``): its cost model learns from the figures of all its policies.
         self.base_profile = base_profile or profile
         self.objective, self.racing = objective, racing
         self.screen = screen  # None: every candidate measured (the study's protocol)
-        self.precision = precision  # every candidate is exported (quantized) and measured at it
         self._fitted_on = -1  # samples the screen's cost model was last fitted on
         # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
         self.variant, self.latency_field = WORKLOADS[objective].variant, WORKLOADS[objective].figure
-        self.target_ort, self.target = target_ort, target_for(target_ort)
-        # How every candidate is exported and keyed: one value, so the file measured and its key agree.
-        self.export = ExportOptions(variant=self.variant, target_ort=target_ort, precision=precision)
+        # How every candidate is exported and keyed: one value, so the file measured and its key agree
+        # (``export``, a search's; else the objective's variant at ``target_ort`` and ``precision``).
+        if export is None:
+            export = ExportOptions(variant=self.variant, target_ort=target_ort, precision=precision)
+        if export.variant != self.variant:
+            raise ValueError(f"objective {objective} is timed on the {self.variant} variant, not {export.variant}")
+        self.export, self.target = export, export.target
+        self.precision = export.precision  # every candidate is exported (quantized) and measured at it
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress
         self.seen: dict[str, Candidate] = {}
@@ -166,7 +170,7 @@ class CandidateEvaluator:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
         self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.target, self.variant,
-                                        self.precision))
+                                        self.precision, self.export.quantization))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)

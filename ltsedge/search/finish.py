@@ -76,9 +76,8 @@ def _baseline(settings, profile: DeviceProfile, runner, store, outdir: OutputDir
               published: list[PublishedModel]) -> list[Candidate]:
     """The layer-scaled baseline, measured afresh (never from the store) at the profile's policy, each
     model with the embedding settings of the frontier model it is compared with."""
-    export = settings.export_options  # the evaluator exports and keys with it
-    evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), target_ort=export.target_ort, fresh=True,
-                                   objective=settings.objective, precision=export.precision)
+    evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
+                                   fresh=True, objective=settings.objective)
     final = {p.candidate.arch.id: p.candidate for p in published}
     archs = baseline_architectures(settings.baseline, settings.space, list(final.values()))
     # A baseline model on the front (the search started from it) is that front model: one figure.

@@ -105,11 +105,11 @@ class SearchRun:
             export = self.settings.export_options  # the evaluator's variant is the objective's, as export's
             evaluator = CandidateEvaluator(
                 measuring, runner, self.store, outdir, self.settings.budgets, base_profile=self.profile,
-                target_ort=export.target_ort, fresh=self.fresh,
+                export=export, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,
                 screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed)
-                if self.settings.measure == "front" else None, precision=export.precision,
+                if self.settings.measure == "front" else None,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)

@@ -11,6 +11,7 @@ from ltsedge.devices import DeviceProfile, coarse
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
+from ltsedge.exporters.quantize import QuantOptions
 from ltsedge.search.budgets import Budgets
 from ltsedge.space import SearchSpace
 from ltsedge.workloads import WORKLOADS
@@ -45,6 +46,7 @@ class SearchSettings:
     # Publishing: the front thinned so that every front model left out has a published one within this
     # factor in each objective (0: the whole front; pareto.thin)
     resolution: float = 0.1
+    quantization: QuantOptions | None = None  # how the precision is reached (None: onnxruntime's defaults, as ltsedge sets them)
 
     def __post_init__(self) -> None:
         if self.timing is None:
@@ -65,7 +67,7 @@ class SearchSettings:
         """How every candidate is exported, the frontier published and both keyed in the store: the
         objective's variant at ``target_ort`` and ``precision`` (built here only, so they never disagree)."""
         return ExportOptions(variant=WORKLOADS[self.objective].variant, target_ort=self.target_ort,
-                             precision=self.precision)
+                             precision=self.precision, quantization=self.quantization)
 
     def identity(self, profile: DeviceProfile, fingerprint: dict) -> dict:
         """What a checkpoint must agree on to be resumed (more generations is fine)."""
@@ -82,7 +84,8 @@ class SearchSettings:
         return {"space": self.space.to_dict(), "population": self.population, "seed": self.seed,
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
                 "objective": self.objective, "racing": self.racing, "measure": self.measure,
-                "seed_baseline": self.seed_baseline, "precision": self.precision, "timing": self.timing}
+                "seed_baseline": self.seed_baseline, "precision": self.precision, "timing": self.timing,
+                "quantization": self.quantization.for_precision(self.precision) if self.quantization else None}
 
     def measuring_profile(self, profile: DeviceProfile) -> DeviceProfile:
         """The profile the search's candidates are measured with (its repeat policy per ``timing``)."""
