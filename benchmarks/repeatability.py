@@ -4,7 +4,8 @@ Each run is a separate measuring worker (a fresh process) going through all 20 m
 goes through them in reverse order, so drift and order effects are not hidden. Prints, for latency and
 for peak memory, the Spearman rank correlation between the runs and the median relative difference.
 Latency three ways: the model's own median (uncalibrated: what a plain timer gives), the ratio to the
-reference model timed beside it, and milliseconds through each run's calibration.
+reference model timed beside it, and milliseconds through the machine's pinned calibration (measured
+once at the start, as the store keeps it for a search, profile or check).
 Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 MB.
 ``--variant generate`` measures the generate variant: latency is then the decode step (per token after
 ``context`` cached tokens), timed beside the bandwidth reference, and the prompt's prefill is reported too.
@@ -41,9 +42,9 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def measure_all(archs, profile, tmp: Path, order, variant: str = "forward") -> dict:
+def measure_all(archs, profile, tmp: Path, order, variant: str = "forward", pinned=None) -> dict:
     out = {}
-    with Runner(profile, log=lambda m: print("   ", m)) as runner:
+    with Runner(profile, log=lambda m: print("   ", m), pinned=pinned) as runner:
         for i in order:
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)
@@ -68,10 +69,15 @@ def main() -> None:
     archs = spread_sample(args.models)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
+        # As a search, profile or check runs: milliseconds (and a decode step's unit) through the machine's
+        # pinned calibration, measured once here (the store's, in a product run).
+        with Runner(profile) as runner:
+            pinned = runner.measure_pinned()
+        print(f"pinned: compute reference {pinned.reference_ms:.3f} ms, bandwidth reference {pinned.bandwidth_ms:.3f} ms")
         print("run 1")
-        first = measure_all(archs, profile, Path(tmp), range(len(archs)), args.variant)
+        first = measure_all(archs, profile, Path(tmp), range(len(archs)), args.variant, pinned)
         print("run 2 (reverse order, new worker)")
-        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant)
+        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant, pinned)
     ok = [i for i in range(len(archs)) if first[i].ok and second[i].ok]
     print(f"\n{len(ok)} of {len(archs)} models measured in both runs; {time.time() - started:.0f} s; "
           f"{profile.name}, sequence {profile.sequence}")
