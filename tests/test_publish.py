@@ -189,6 +189,18 @@ def test_thinning_keeps_the_largest_of_near_equals_and_every_model_far_from_the_
     assert thin([faster, b, c], 0.1) == [faster, b, c]
 
 
+def test_the_baseline_models_on_the_front_are_never_thinned_away():
+    """The report compares each baseline model with the fastest published model with at least its
+    parameters: a baseline model the search kept on its front must be published, or the comparison
+    shows a neighbour up to the resolution slower (the quick preset's 3-layer point read 0.94x)."""
+    a, b, c = point(100, 10.0, 50.0), point(105, 10.5, 51.0), point(300, 30.0, 90.0)
+    for p, name in ((a, "a"), (b, "b"), (c, "c")):
+        p.arch = SimpleNamespace(id=name)
+    assert thin([a, b, c], 0.1) == [b, c]
+    assert thin([a, b, c], 0.1, keep={"a"}) == [a, c]  # a kept first; it covers b within 10%
+    assert thin([a, b, c], 0.1, keep={"b"}) == [b, c]
+
+
 @pytest.mark.slow
 def test_a_search_says_how_each_published_figure_was_measured(tmp_path):
     from ltsedge.search.loop import SearchRun

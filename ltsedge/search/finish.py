@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ltsedge.devices import DeviceProfile, strict
-from ltsedge.search.baseline import baseline_architectures, compare
+from ltsedge.search.baseline import baseline_architectures, compare, seeds_in_space
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
@@ -48,7 +48,9 @@ class Finished:
 
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
            runner_factory, log, with_baseline: bool = True) -> Finished:
-    kept = thin(front, settings.resolution)
+    seeded = seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers)) \
+        if settings.baseline is not None else []
+    kept = thin(front, settings.resolution, keep={a.id for a in seeded})
     cost = PublishCost(front=len(front), thinned=len(kept), resolution=settings.resolution)
     clock = time.perf_counter()
     written = write_frontier(kept, outdir, settings.export_options, execution_provider=profile.execution_provider)

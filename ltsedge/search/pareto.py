@@ -35,18 +35,22 @@ def pareto_front(candidates: list, budgets: Budgets) -> list:
     return sorted((pool[i] for i in best), key=lambda c: c.params.decoder_params)
 
 
-def thin(front: list, resolution: float) -> list:
+def thin(front: list, resolution: float, keep: frozenset[str] | set[str] = frozenset()) -> list:
     """The models of ``front`` worth publishing at ``resolution`` (epsilon): every model left out has a
     kept one with at least 1 / (1 + epsilon) of its decoder parameters and at most (1 + epsilon) times its
     latency and its memory. A 3-objective front of a long search is dense (233 models, neighbours a few %
     apart, in the study's search here): models closer than the machine can time apart are one choice for
     a user, and each costs a bundle and a re-measurement. Greedy from the most decoder parameters down, so
-    of near-equals the one the proxy ranks best is kept. Sorted by decoder parameters; 0: the whole front."""
+    of near-equals the one the proxy ranks best is kept; the ids in ``keep`` (the layer-scaled baseline's
+    models the search started from: the report compares with them) are kept first, whatever covers them.
+    Sorted by decoder parameters; 0: the whole front."""
     if resolution <= 0:
         return list(front)
     factor = 1 + resolution
-    kept: list = []
+    kept: list = [c for c in front if c.arch.id in keep] if keep else []
     for c in sorted(front, key=lambda c: -c.params.decoder_params):
+        if keep and c.arch.id in keep:
+            continue
         if not any(k.params.decoder_params * factor >= c.params.decoder_params and k.latency_ms <= c.latency_ms * factor
                    and k.memory_mb <= c.memory_mb * factor for k in kept):
             kept.append(c)
