@@ -20,26 +20,7 @@ LAYERS = 4
 
 
 def reference_model() -> bytes:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    nodes, initializers, x = [], [], "x"
-    for i in range(LAYERS):
-        w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
-        initializers.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]))
-        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"]))
-        x = f"r{i}"
-    nodes[-1].output[0] = "y"
-    graph = helper.make_graph(
-        nodes, "ltsedge_reference",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, WIDTH])], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ltsedge")
-    model.ir_version = 8  # loads in every onnxruntime ltsedge supports
-    onnx.checker.check_model(model)
-    return model.SerializeToString()
+    return _matmul_chain("ltsedge_reference", ROWS, WIDTH, LAYERS, seed=0, relu=True)
 
 
 # The bandwidth reference: what a decode step does, without a model. Timed beside the compute reference,
@@ -53,22 +34,29 @@ BANDWIDTH_VERSION = "matvec-2048x6"  # in the store key of figures timed beside 
 
 def bandwidth_model() -> bytes:
     """A chain of matrix-vector products, [1, 2048] through six seeded 2048 x 2048 weights."""
+    return _matmul_chain("ltsedge_bandwidth_reference", 1, BANDWIDTH_WIDTH, BANDWIDTH_LAYERS, seed=1, relu=False)
+
+
+def _matmul_chain(name: str, rows: int, width: int, layers: int, *, seed: int, relu: bool) -> bytes:
+    """[rows, width] through ``layers`` seeded width x width MatMuls (each followed by a Relu if asked)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     nodes, initializers, x = [], [], "x"
-    for i in range(BANDWIDTH_LAYERS):
-        w = (rng.standard_normal((BANDWIDTH_WIDTH, BANDWIDTH_WIDTH)) / np.sqrt(BANDWIDTH_WIDTH)).astype(np.float32)
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
         initializers.append(numpy_helper.from_array(w, f"w{i}"))
         nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]))
         x = f"m{i}"
+        if relu:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
+            x = f"r{i}"
     nodes[-1].output[0] = "y"
     graph = helper.make_graph(
-        nodes, "ltsedge_bandwidth_reference",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, BANDWIDTH_WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, BANDWIDTH_WIDTH])], initializers)
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])], initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ltsedge")
-    model.ir_version = 8
+    model.ir_version = 8  # loads in every onnxruntime ltsedge supports
     onnx.checker.check_model(model)
     return model.SerializeToString()
