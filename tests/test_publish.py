@@ -154,6 +154,43 @@ def test_finish_exports_and_measures_only_the_thinned_front(tmp_path):
     assert (done.cost.front, done.cost.thinned, done.cost.strict, done.cost.published) == (4, 3, 0, 3)
 
 
+def test_seeded_baseline_models_off_the_front_are_re_measured_beside_it_and_judge_the_comparison(tmp_path):
+    """The quick preset once read 0.89x at its 1-layer point: the seeded baseline model had been left off
+    the front by its search figure, and the baseline, measured later, came out faster than the front
+    model it was compared with. Both seeded models are now re-measured with the front: the one that is
+    fast afresh is published, the one a front model dominates afresh is compared on that fresh figure."""
+    from ltsedge.search.baseline import seeds_in_space
+
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, resolution=0))
+    seeds = seeds_in_space(settings.baseline, settings.space, 2)
+    assert [a.n_layer for a in seeds] == [1, 2] == list(settings.baseline.layers)
+    most = max(count_params(a).decoder_params for a in seeds)
+    big = sorted([a for a in random_tiny_archs(60, seed=3) if count_params(a).decoder_params > most][:2],
+                 key=lambda a: count_params(a).decoder_params)
+    assert count_params(big[0]).decoder_params < count_params(big[1]).decoder_params
+    front = [Candidate(a, count_params(a), figure(2.0 + i, 30.0 + i), "measured", 1, "decode_latency_ms")
+             for i, a in enumerate(big)]
+    # The search measured both seeds slower than the front, so they are not on it.
+    evaluated = front + [Candidate(a, count_params(a), figure(5.0, 40.0), "measured", 0, "decode_latency_ms")
+                         for a in seeds]
+    one, two = (a.id for a in seeds)
+    FakeMachine.search_figures = {big[0].id: (2.0, 30.0), big[1].id: (3.0, 31.0), one: (1.0, 10.0), two: (4.0, 35.0)}
+    FakeMachine.strict_figures = {}
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+        done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
+                      evaluated=evaluated)
+    assert sorted(FakeMachine.measured) == sorted(("profile", i) for i in (big[0].id, big[1].id, one, two))
+    assert {p.candidate.arch.id for p in done.frontier} == {one, big[0].id, big[1].id}  # big[0] dominates two
+    assert not (tmp_path / "out" / "models" / two).exists()
+    rows = {r["n_layer"]: r for r in done.baseline}
+    assert rows[1]["baseline_id"] == rows[1]["frontier_id"] == one and rows[1]["speedup"] == 1.0
+    assert rows[2]["baseline_id"] == two and rows[2]["frontier_id"] == big[0].id
+    assert rows[2]["speedup"] == pytest.approx(4.0 / 2.0)  # fresh figures of both, from one pass
+    assert (done.cost.thinned, done.cost.contenders, done.cost.published) == (2, 2, 3)
+
+
 def point(params: int, latency: float, memory: float):
     return SimpleNamespace(params=SimpleNamespace(decoder_params=params), latency_ms=latency, memory_mb=memory)
 

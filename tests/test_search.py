@@ -15,10 +15,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from ltsedge.architecture import Architecture
 from ltsedge.exporters import architecture_of
 from ltsedge.files import sha256_of
 from ltsedge.generation import greedy
+from ltsedge.proxy import count_params
 from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.candidate import Candidate
 from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
@@ -270,13 +273,30 @@ def test_a_log_left_before_the_first_checkpoint_is_refused_under_other_settings(
 
 
 @pytest.mark.slow
-def test_the_baseline_takes_its_match_s_embedding_settings(smoke_search):
+def test_the_baseline_is_the_seeded_model_or_takes_its_match_s_embedding_settings(smoke_search):
+    """A baseline model the search started from is compared as seeded (the space's cheapest embedding),
+    on its figure re-measured beside the front, so it is never faster than its match; any other takes
+    its match's embedding settings (decoder parameters do not depend on them)."""
+    from ltsedge.search.baseline import seeds_in_space
+
+    settings, _ = resolve(SearchOptions(preset="smoke", quiet=True))
+    seeded = {a.id for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))}
     rows = list(csv.DictReader(open(smoke_search.out_dir / "baseline.csv")))
     frontier = {m["id"]: m for m in json.loads((smoke_search.out_dir / "frontier.json").read_text())["models"]}
-    for r in rows:
-        if r["frontier_id"]:
-            match = frontier[r["frontier_id"]]["architecture"]
-            if match["d_embed"] != match["d_model"] or match["div_val"] > 1:  # adaptive: the same embedding
-                assert (int(r["d_embed"]), int(r["div_val"])) == (match["d_embed"], match["div_val"])
-            else:  # plain embeddings, as the match's
-                assert int(r["div_val"]) == 1
+    assert rows and all(r["baseline_id"] in seeded for r in rows)  # the smoke space holds both baseline models
+    assert all(float(r["speedup"]) >= 1.0 for r in rows if r["frontier_id"])
+    assert all(r["frontier_id"] in frontier for r in rows if r["frontier_id"])
+
+
+def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
+    from ltsedge.search.baseline import baseline_architectures, seeds_in_space
+
+    settings, _ = resolve(SearchOptions(preset="default", quiet=True))
+    assert seeds_in_space(settings.baseline, settings.space, 16) == []  # d_model 1024 is outside the space
+    plain = baseline_architectures(settings.baseline, settings.space)
+    assert all(a.div_val == 1 and a.d_embed == a.d_model for a in plain)
+    big = Architecture.from_dict({**plain[3].to_dict(), "d_embed": 256, "div_val": 4, "cutoffs": []})
+    matched = baseline_architectures(settings.baseline, settings.space, [Candidate(
+        big, count_params(big), {"ok": True, "latency_ms": 1.0}, "final", 1)])
+    assert [(a.d_embed, a.div_val) for a in matched[:4]] == [(256, 4)] * 4  # its match: big, >= their parameters
+    assert [(a.d_embed, a.div_val) for a in matched[4:]] == [(256, 4)] * 12  # no match: the front's largest

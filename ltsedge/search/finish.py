@@ -3,8 +3,11 @@
 Publishing (``frontier.py``) thins the search's front to the settings' resolution (``pareto.thin``),
 re-measures every model kept from its file at the device profile's own policy (however the search timed
 its candidates), then only the undecided ones (whose place on the front hangs on the noise) with the
-strict policy. The baseline is measured at the profile's policy too, so the comparison is of figures
-measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the search's own
+strict policy. The layer-scaled baseline's models the search started from (seeded) are re-measured
+beside the front even where its figures left them off it: a baseline point is then judged on fresh
+figures of both, taken together, so a baseline model can never come out faster than a front that was
+only measured earlier. The rest of the baseline is measured at the profile's policy too, so the
+comparison is of figures measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the search's own
 time.
 """
 
@@ -27,6 +30,7 @@ from ltsedge.search.outdir import OutputDir
 class PublishCost:
     front: int = 0  # models the search's front held
     thinned: int = 0  # of those, the ones kept at the resolution (exported and re-measured)
+    contenders: int = 0  # seeded baseline models off the search's front, re-measured beside it
     published: int = 0  # models the re-measured front holds
     strict: int = 0  # of the front, measured again strictly (undecided at the profile's policy)
     resolution: float = 0.0
@@ -47,13 +51,16 @@ class Finished:
 
 
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
-           runner_factory, log, with_baseline: bool = True) -> Finished:
-    seeded = seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers)) \
-        if settings.baseline is not None else []
-    kept = thin(front, settings.resolution, keep={a.id for a in seeded})
-    cost = PublishCost(front=len(front), thinned=len(kept), resolution=settings.resolution)
+           runner_factory, log, with_baseline: bool = True, evaluated: list[Candidate] = ()) -> Finished:
+    """Publish ``front``; ``evaluated`` (every candidate of the search) holds the seeded baseline models."""
+    seeded = {a.id for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
+        if settings.baseline is not None else set()
+    kept = thin(front, settings.resolution, keep=seeded)
+    contenders = _contenders(evaluated, seeded - {c.arch.id for c in kept}, settings.budgets) if with_baseline else []
+    cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution)
     clock = time.perf_counter()
-    written = write_frontier(kept, outdir, settings.export_options, execution_provider=profile.execution_provider)
+    written = write_frontier(kept + contenders, outdir, settings.export_options,
+                             execution_provider=profile.execution_provider)
     cost.export_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     with runner_factory(profile, log=log) as runner:
         fresh = remeasure(written, runner, settings.objective, "profile", log=log)
@@ -63,25 +70,35 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     with runner_factory(strict(profile), log=log) as runner:
         again = {p.candidate.arch.id: p for p in remeasure([p for p in fresh if p.candidate.arch.id in doubtful],
                                                            runner, settings.objective, "strict", log=log)}
-    published = keep_front([again.get(p.candidate.arch.id, p) for p in fresh], outdir, settings.budgets)
+    final = [again.get(p.candidate.arch.id, p) for p in fresh]
+    published = keep_front(final, outdir, settings.budgets)
     cost.strict_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     baseline: list[Candidate] = []
     if with_baseline and settings.baseline is not None:
         with runner_factory(profile, log=log) as runner:
-            baseline = _baseline(settings, profile, runner, store, outdir, published)
+            fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded]
+            baseline = _baseline(settings, profile, runner, store, outdir, published, fresh_seeds)
     cost.baseline_seconds = time.perf_counter() - clock
     cost.published = len(published)
     return Finished(published, compare(baseline, [p.candidate for p in published]), cost)
 
 
+def _contenders(evaluated: list[Candidate], ids: set[str], budgets: Budgets) -> list[Candidate]:
+    """The candidates of ``ids`` that were measured and are within the budgets."""
+    return [c for c in evaluated if c.arch.id in ids and c.ok and not c.predicted
+            and not budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb)]
+
+
 def _baseline(settings, profile: DeviceProfile, runner, store, outdir: OutputDir,
-              published: list[PublishedModel]) -> list[Candidate]:
-    """The layer-scaled baseline, measured afresh (never from the store) at the profile's policy, each
-    model with the embedding settings of the frontier model it is compared with."""
+              published: list[PublishedModel], fresh_seeds: list[Candidate]) -> list[Candidate]:
+    """The layer-scaled baseline. Where the search started from a baseline model, that model's figure
+    from publishing (re-measured beside the front, in the space's cheapest embedding); every other one
+    measured afresh (never from the store) at the profile's policy, with the embedding settings of the
+    frontier model it is compared with."""
     evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
                                    fresh=True, objective=settings.objective)
-    final = {p.candidate.arch.id: p.candidate for p in published}
-    archs = baseline_architectures(settings.baseline, settings.space, list(final.values()))
-    # A baseline model on the front (the search started from it) is that front model: one figure.
-    measured = iter(evaluator.evaluate([a for a in archs if a.id not in final], generation=-1))
-    return [final[a.id] if a.id in final else next(measured) for a in archs]
+    seeds = {c.arch.n_layer: c for c in fresh_seeds}
+    archs = [a for a in baseline_architectures(settings.baseline, settings.space, [p.candidate for p in published])
+             if a.n_layer not in seeds]
+    measured = {c.arch.n_layer: c for c in evaluator.evaluate(archs, generation=-1)}
+    return [seeds.get(n) or measured[n] for n in settings.baseline.layers]

@@ -129,7 +129,7 @@ class SearchRun:
         publish_started = time.time()
         finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
                           outdir, runner_factory=self._pinned_factory(runner.calibrate()), log=self.log,
-                          with_baseline=not interrupted)
+                          with_baseline=not interrupted, evaluated=candidates)
         summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
         summary["publish_seconds"] = time.time() - publish_started  # files, re-measurement, baseline
         summary["publish"] = finished.cost.to_dict()  # what each pass of publishing measured and cost

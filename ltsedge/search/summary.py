@@ -40,6 +40,8 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         thinned = publish.get("thinned", publish["front"])
         kept = (f"{thinned} of the search's {publish['front']} front models (resolution {publish['resolution']:.0%})"
                 if thinned != publish["front"] else f"the search's {publish['front']} front models")
+        if publish.get("contenders"):
+            kept += f" and {publish['contenders']} baseline models the search started from"
         console.print(f"publishing: {kept} re-measured from their files, "
                       f"{publish['strict']} undecided ones again strictly, {publish['published']} published "
                       f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)")
