@@ -9,13 +9,18 @@ intervals; also the leave-one-out figures of the fit on all of them.
 Part 2 (quality): the same search with ``--measure front`` (the cost model decides) and ``--measure
 all`` (every candidate measured, the study's protocol), same seed and budget, side by side in one
 run, on each seed: the final published front's hypervolume in measured ratio units on a common
-scale (latency over the reference model timed beside it, which does not drift between the runs),
-the share of candidates measured, and wall time. Quick space, sequence 64, decode objective.
+scale, the share of candidates measured, and wall time. Quick space, sequence 64, decode objective,
+both searches timing candidates alike (``--search-timing``, coarse by default). Two hypervolumes per
+mode: as published (each front measured by its own search, minutes apart), and **side by side**: every
+model of both published fronts re-measured from its file in one pass of one runner, the two fronts'
+models interleaved, so both fronts are judged on figures the machine's drift touched alike (this VM's
+decode figures move ~6-18% between runs, more than the difference being measured).
 
 docs/benchmarks.md projects a 100 x 30 search's cost, with and without the cost model, from these
 per-candidate costs and measured shares.
 
-    python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--population 20] [--generations 6] [--seeds 0 1]
+    python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--population 40] [--generations 10]
+                                   [--seeds 0 1 2] [--search-timing coarse|profile]
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from ltsedge.costmodel.model import MEMORY, measured_ratio
 from ltsedge.costmodel.samples import load_samples
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.ortcompat import target_for
+from ltsedge.runners import Runner
 from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.frontier import remeasure
 from ltsedge.search.race_choice import objective_ratio
 from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
@@ -74,10 +81,10 @@ def accuracy(tmp: Path, samples: int) -> None:
     print("leave-one-out on all: " + ", ".join(f"{t} median {a['median_error']:.1%}" for t, a in loo.items()))
 
 
-def front_hypervolume(results: list, objective: str) -> list[float]:
-    """Each result's published front in (decoder params, latency ratio, peak MB), on one scale."""
-    fronts = [[(c.params.decoder_params, objective_ratio(c.measurement, objective), c.memory_mb)
-               for c in (p.candidate for p in r.frontier)] for r in results]
+def front_hypervolume(fronts: list[list], objective: str) -> list[float]:
+    """Each front's (lists of candidates) hypervolume in (decoder params, latency ratio, peak MB), on one scale."""
+    fronts = [[(c.params.decoder_params, objective_ratio(c.measurement, objective), c.memory_mb) for c in f]
+              for f in fronts]
     points = [p for f in fronts for p in f]
     max_params = max(p[0] for p in points)
     ref_ratio, ref_memory = 1.1 * max(p[1] for p in points), 1.1 * max(p[2] for p in points)
@@ -88,34 +95,57 @@ def front_hypervolume(results: list, objective: str) -> list[float]:
     return out
 
 
-def quality(tmp: Path, seeds: list[int], population: int, generations: int) -> list[dict]:
+def side_by_side(results: list, settings, profile) -> list[list]:
+    """Every published model of ``results`` re-measured from its file in one runner's pass, the results'
+    models interleaved (a model on several fronts measured once); each result's front with those figures."""
+    order, seen = [], set()
+    for rank in range(max(len(r.frontier) for r in results)):
+        for r in results:
+            if rank < len(r.frontier) and r.frontier[rank].candidate.arch.id not in seen:
+                seen.add(r.frontier[rank].candidate.arch.id)
+                order.append(r.frontier[rank])
+    with Runner(profile, log=lambda m: None) as runner:
+        fresh = {p.candidate.arch.id: p.candidate
+                 for p in remeasure(order, runner, settings.objective, "profile", log=lambda m: None)}
+    return [[fresh[p.candidate.arch.id] for p in r.frontier] for r in results]
+
+
+def quality(tmp: Path, seeds: list[int], population: int, generations: int, timing: str) -> list[dict]:
     # Each mode publishes its whole front (resolution 0): the comparison is of the searches, not of thinning.
     print(f"--measure front vs --measure all: quick space, sequence 64, decode, population {population}, "
-          f"{generations} generations, whole fronts published")
-    print("| seed | hypervolume front / all | measured front / all (of evaluated) | wall s front / all |")
-    print("|---|---|---|---|")
+          f"{generations} generations, --search-timing {timing}, whole fronts published")
+    print("| seed | hypervolume side by side, front / all | as published, front / all | "
+          "measured front / all (of evaluated) | wall s front / all | front models |")
+    print("|---|---|---|---|---|---|")
     rows = []
     for seed in seeds:
         runs = {}
         for mode in ("front", "all"):
             options = SearchOptions(preset="quick", out=tmp / f"{mode}-{seed}", population=population,
                                     generations=generations, seed=seed, baseline=False, quiet=True, measure=mode,
-                                    resolution=0,
+                                    resolution=0, search_timing=timing,
                                     store_path=tmp / f"{mode}-{seed}.sqlite")
             settings, profile = resolve(options)
             started = time.perf_counter()
             with MeasurementStore(options.store_path) as store:
                 result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
             runs[mode] = (result, time.perf_counter() - started)
-        hv = front_hypervolume([runs["front"][0], runs["all"][0]], "decode")
+        results = [runs["front"][0], runs["all"][0]]
+        hv = front_hypervolume([[p.candidate for p in r.frontier] for r in results], "decode")
+        clock = time.perf_counter()
+        joint = front_hypervolume(side_by_side(results, settings, profile), "decode")
+        joint_seconds = time.perf_counter() - clock
         share = {m: runs[m][0].summary["cost_model"] for m in runs}
-        rows.append({"seed": seed, "hv": hv, "share": share, "wall": {m: runs[m][1] for m in runs},
+        rows.append({"seed": seed, "hv": hv, "joint": joint, "share": share, "wall": {m: runs[m][1] for m in runs},
                      "publish": {m: runs[m][0].summary["publish_seconds"] for m in runs},
                      "evaluate": {m: runs[m][0].summary["evaluation"]["evaluate_seconds"] for m in runs}})
-        print(f"| {seed} | {hv[0]:.4f} / {hv[1]:.4f} = {hv[0] / hv[1]:.1%} | "
+        print(f"| {seed} | {joint[0]:.4f} / {joint[1]:.4f} = **{joint[0] / joint[1]:.1%}** | "
+              f"{hv[0]:.4f} / {hv[1]:.4f} = {hv[0] / hv[1]:.1%} | "
               f"{share['front']['measured']}/{share['front']['evaluated']} / "
               f"{share['all']['measured']}/{share['all']['evaluated']} | "
-              f"{runs['front'][1]:.0f} / {runs['all'][1]:.0f} |")
+              f"{runs['front'][1]:.0f} / {runs['all'][1]:.0f} | "
+              f"{len(results[0].frontier)} / {len(results[1].frontier)} (re-measured in {joint_seconds:.0f} s) |",
+              flush=True)
         model = share["front"]
         if "decode" in model:
             print(f"  cost model on candidates measured after being predicted: decode median error "
@@ -128,15 +158,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["1", "2", "all"], default="all")
     parser.add_argument("--samples", type=int, default=60)
-    parser.add_argument("--population", type=int, default=20)
-    parser.add_argument("--generations", type=int, default=6)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--population", type=int, default=40)
+    parser.add_argument("--generations", type=int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--search-timing", choices=["coarse", "profile"], default="coarse")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltsedge-bench-") as tmp:
         if args.part in ("1", "all"):
             accuracy(Path(tmp), args.samples)
         if args.part in ("2", "all"):
-            quality(Path(tmp), args.seeds, args.population, args.generations)
+            quality(Path(tmp), args.seeds, args.population, args.generations, args.search_timing)
 
 
 if __name__ == "__main__":
