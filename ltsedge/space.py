@@ -17,29 +17,24 @@ first choice, so one model has one architecture. ``par_rules`` adds the PAR stud
 attention only in the first two thirds of the layers, at most one attention layer per five layers
 (rounded up), at least one.
 
-Sizes: a range table is counted before it is enumerated (at most ``space_file.MAX_CHOICES`` choices
-per key, n_layer at most MAX_LAYERS), and the size's magnitude is summed in logarithms, so a space of
-10^40000 architectures is described at once; the exact count is made only where it is printed (below
-10^EXACT_SIZE_DIGITS).
-
-Here: the space's ranges and checks, its integer encoding and repair (``decode``/``encode``), its
-size (counted exactly and in logarithms), sampling, and its description. Kept in one module because
-the encoding, the repair and the size count must change together; reading a space's TOML file,
-value by value, is ``space_file.py``.
+Here: the space's ranges and checks, its integer encoding and repair (``decode``/``encode``), sampling,
+and its description. Counting its size (exactly, and in logarithms for spaces of 10^40000
+architectures) is ``space_size.py``, which counts what ``decode`` can produce; reading a space's TOML
+file, value by value, is ``space_file.py`` (at most ``space_file.MAX_CHOICES`` choices per key;
+n_layer at most MAX_LAYERS).
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 import random
-from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ltsedge import space_size
 from ltsedge.architecture import BLOCK_TYPES, DEFAULT_N_POSITIONS, DEFAULT_VOCAB_SIZE, Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.backbones.base import grid
@@ -49,8 +44,6 @@ from ltsedge.space_file import parse_value
 from ltsedge.validate import reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
-PAR_ATTENTION_SHARE = 2 / 3  # PAR: attention is needed only in the first two thirds of the layers
-PAR_LAYERS_PER_ATTENTION = 5  # PAR: about one attention layer per five layers suffices
 MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 genes per layer
 EXACT_SIZE_DIGITS = 40  # describe() counts the size exactly below 10^this (the CLI prints it in full)
 
@@ -117,7 +110,7 @@ class SearchSpace:
         return max(self.n_layer)
 
     @property
-    def _d_embed_choices(self) -> tuple[int | None, ...]:
+    def d_embed_choices(self) -> tuple[int | None, ...]:
         return self.d_embed or (None,)  # None: the architecture's d_embed defaults to its d_model
 
     def d_inner_choices(self, d_model: int) -> tuple[int, ...]:
@@ -128,54 +121,12 @@ class SearchSpace:
         return len(self.d_inner) - bisect.bisect_left(self.d_inner, self.d_inner_min_ratio * d_model)
 
     def size(self) -> int:
-        """The exact number of distinct architectures in the space (a number of size_log10() digits)."""
-        per_embedding = len(self._d_embed_choices) * len(self.div_val)
-        return per_embedding * sum(count * self._stacks(n, inner) for inner, count in self._inner_counts().items()
-                                   for n in self.n_layer)
+        """The exact number of distinct architectures in the space (``space_size.size``)."""
+        return space_size.size(self)
 
     def size_log10(self) -> float:
-        """log10 of size(), summed in logarithms: no number of thousands of digits is made."""
-        counts = self._inner_counts()
-        inner = np.array(list(counts), dtype=float)
-        if self.par_rules:
-            stacks = _log10_sum(np.array([self._par_stacks_log10(n, inner) for n in self.n_layer]), axis=0)
-        else:
-            n = np.array(self.n_layer, dtype=float)
-            stacks = np.array([_log10_sum(n * math.log10(sum(self._bases(i)))) for i in counts])
-        per_embedding = len(self._d_embed_choices) * len(self.div_val)
-        return math.log10(per_embedding) + float(_log10_sum(np.log10(list(counts.values())) + stacks))
-
-    def _inner_counts(self) -> Counter:
-        """d_inner choice counts -> how many d_model values have that many: stacks depend on d_model only so."""
-        return Counter(self._n_inner(d) for d in self.d_model)
-
-    def _bases(self, inner: int) -> tuple[int, int]:
-        """Choices of one layer with attention, and of one FFN-only layer (0: no such block type)."""
-        heads = len(self.n_head)
-        if not self.block_types:
-            return heads * inner, 0
-        per_type = {"attn_ffn": heads * inner, "ffn": inner, "attn": heads}
-        return (sum(per_type[t] for t in self.block_types if t != "ffn"),
-                per_type["ffn"] if "ffn" in self.block_types else 0)
-
-    def _stacks(self, n: int, inner: int) -> int:
-        """Distinct layer stacks of n layers at a d_model allowing ``inner`` d_inner choices."""
-        with_attention, ffn = self._bases(inner)
-        if not self.par_rules:
-            return (with_attention + ffn) ** n
-        eligible, cap = _par_limits(n)
-        return ffn ** (n - eligible) * sum(math.comb(eligible, k) * with_attention**k * ffn ** (eligible - k)
-                                           for k in range(1, cap + 1))
-
-    def _par_stacks_log10(self, n: int, inner: np.ndarray) -> np.ndarray:
-        """log10 of _stacks(n, i) for each i in ``inner``, under the PAR rules (an FFN-only block type is
-        among the choices, so ffn >= 1)."""
-        with_attention, ffn = (np.log10(np.broadcast_to(b, inner.shape)) for b in self._bases(inner))
-        eligible, cap = _par_limits(n)
-        k = np.arange(1, cap + 1)[:, None]
-        log_comb = np.cumsum(np.log10((eligible - k + 1) / k), axis=0)  # log10 C(eligible, k)
-        terms = log_comb + k * with_attention + (eligible - k) * ffn
-        return (n - eligible) * ffn + _log10_sum(terms, axis=0)
+        """log10 of size(), summed in logarithms (``space_size.size_log10``)."""
+        return space_size.size_log10(self)
 
     # --- encoding ------------------------------------------------------------------------------
     @property
@@ -185,7 +136,7 @@ class SearchSpace:
     @property
     def upper_bounds(self) -> list[int]:
         L = self.max_layers
-        globals_ = [len(self.n_layer), len(self.d_model), len(self._d_embed_choices), len(self.div_val)]
+        globals_ = [len(self.n_layer), len(self.d_model), len(self.d_embed_choices), len(self.div_val)]
         bounds = [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
         return bounds + [len(self.block_types) - 1] * L if self.block_types else bounds
 
@@ -210,12 +161,12 @@ class SearchSpace:
                 heads[i] = self.n_head[0]
             elif t == "attn":
                 inner[i] = lowest
-        return self._architecture(n_layer, d_model, heads, inner, self._d_embed_choices[g[2]], self.div_val[g[3]],
+        return self._architecture(n_layer, d_model, heads, inner, self.d_embed_choices[g[2]], self.div_val[g[3]],
                                   types)
 
     def _par_repair(self, types: list[str]) -> list[str]:
         """Attention only in the first two thirds, at most one attention layer per five, at least one."""
-        eligible, cap = _par_limits(len(types))
+        eligible, cap = space_size.par_limits(len(types))
         out, kept = [], 0
         for i, t in enumerate(types):
             if t != "ffn" and (i >= eligible or kept >= cap):
@@ -236,7 +187,7 @@ class SearchSpace:
                 raise ValueError
             x[:N_GLOBAL_GENES] = [
                 self.n_layer.index(arch.n_layer), self.d_model.index(arch.d_model),
-                self._d_embed_choices.index(arch.d_embed if self.d_embed or arch.d_embed != arch.d_model else None),
+                self.d_embed_choices.index(arch.d_embed if self.d_embed or arch.d_embed != arch.d_model else None),
                 self.div_val.index(arch.div_val),
             ]
             for i in range(n):
@@ -269,7 +220,7 @@ class SearchSpace:
         n_layer, d_model = rng.choice(self.n_layer), rng.choice(self.d_model)
         heads = [rng.choice(self.n_head) for _ in range(n_layer)]
         inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
-        arch = self._architecture(n_layer, d_model, heads, inner, rng.choice(self._d_embed_choices),
+        arch = self._architecture(n_layer, d_model, heads, inner, rng.choice(self.d_embed_choices),
                                   rng.choice(self.div_val))
         if not self.block_types:
             return arch
@@ -329,18 +280,6 @@ class SearchSpace:
     def load(cls, path: str | Path, backbone: str | None = None) -> SearchSpace:
         data = read_toml(path, "search-space file")
         return cls.from_dict(data.get("space", data), source=str(path), backbone=backbone)
-
-
-def _log10_sum(logs, axis=None):
-    """log10(sum(10 ** logs)) without overflow."""
-    top = np.max(logs, axis=axis, keepdims=True)
-    powers = np.exp((logs - top) * math.log(10))  # exp: a tenth of the time of 10.0 ** x
-    return np.squeeze(top + np.log10(np.sum(powers, axis=axis, keepdims=True)), axis=axis)
-
-
-def _par_limits(n_layer: int) -> tuple[int, int]:
-    """(layers that may hold attention, most attention layers) under the PAR rules."""
-    return math.ceil(n_layer * PAR_ATTENTION_SHARE), max(1, math.ceil(n_layer / PAR_LAYERS_PER_ATTENTION))
 
 
 def _describe_types(types: tuple[str, ...]) -> str:

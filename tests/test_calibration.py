@@ -14,8 +14,7 @@ from ltsedge.devices import load_profile
 from ltsedge.keys import calibration_key, runtime_settings
 from ltsedge.profiling import profile_model
 from ltsedge.runners import Runner
-from ltsedge.runners import runner as runner_module
-from ltsedge.runners.policy import Calibration, PinnedCalibration, pinned_calibration
+from ltsedge.runners.policy import PIN_WINDOWS, Calibration, PinnedCalibration, pinned_calibration
 from ltsedge.store import MeasurementStore
 from tests.helpers import FAST_DEVICE, fake_fingerprint, ltsedge_cli, meas, no_traceback
 
@@ -56,14 +55,14 @@ def test_the_pinned_calibration_is_made_once_and_reused(tmp_path):
     with MeasurementStore(tmp_path / "s.sqlite") as store:
         with ScriptedRunner(FAST, machine_ms=10.0) as first:
             pinned = pinned_calibration(store, first, log=lines.append)
-            assert first.reference_windows == runner_module.PIN_WINDOWS and len(lines) == 1
+            assert first.reference_windows == PIN_WINDOWS and len(lines) == 1
             assert "measuring it once" in lines[0]
         with ScriptedRunner(FAST, machine_ms=13.0) as second:  # another run, a busier machine
             again = pinned_calibration(store, second, log=lines.append)
             second.use_pinned(again)
             m = second.measure(b"model")
         assert second.reference_windows == 1 and len(lines) == 1  # its own calibration only, said nothing
-    assert again == pinned and again.reference_ms == 10.0 and again.windows == (10.0,) * runner_module.PIN_WINDOWS
+    assert again == pinned and again.reference_ms == 10.0 and again.windows == (10.0,) * PIN_WINDOWS
     assert m.latency_ratio == pytest.approx(2.0) and m.latency_ms == pytest.approx(2.0 * 10.0)
     assert m.calibration_ms == 10.0 and second.run_calibration.reference_ms == 13.0
 
@@ -106,7 +105,7 @@ def test_calibrate_command_redoes_it(tmp_path):
     assert "spread between them" in proc.stdout and "previously pinned: 123.000 ms" in proc.stdout
     with MeasurementStore(store) as s:
         redone = PinnedCalibration.from_dict(s.get_calibration(*key))
-    assert redone.reference_ms != 123.0 and len(redone.windows) == runner_module.PIN_WINDOWS
+    assert redone.reference_ms != 123.0 and len(redone.windows) == PIN_WINDOWS
     assert f"reference {redone.reference_ms:.3f} ms" in proc.stdout
 
 
@@ -153,7 +152,7 @@ def test_the_key_separates_machines_and_runtime_settings(tmp_path):
             pinned_calibration(store, runner, log=lambda line: None)
         with ScriptedRunner(FAST.replace(intra_op_threads=2), machine_ms=6.0) as runner:
             other = pinned_calibration(store, runner, log=lambda line: None)
-            assert runner.reference_windows == runner_module.PIN_WINDOWS  # measured, not the other's
+            assert runner.reference_windows == PIN_WINDOWS  # measured, not the other's
         assert other.reference_ms == 6.0
         assert PinnedCalibration.from_dict(store.get_calibration(*base)).reference_ms == 10.0
 
@@ -195,7 +194,7 @@ def test_the_bandwidth_reference_is_pinned_beside_the_compute_one_and_an_older_p
             store.put_calibration(*key, PinnedCalibration(9.0, 0.0, 0.02, (9.0,) * 5).to_dict(),
                                   fingerprint=runner.fingerprint(), settings={})  # pinned before bandwidth
             pinned = pinned_calibration(store, runner, log=lambda line: None)
-        assert runner.reference_windows == runner_module.PIN_WINDOWS  # measured again
+        assert runner.reference_windows == PIN_WINDOWS  # measured again
         assert (pinned.reference_ms, pinned.bandwidth_ms) == (10.0, 20.0)
         assert PinnedCalibration.from_dict(store.get_calibration(*key)) == pinned
         assert pinned.calibration.bandwidth_scale == 0.5  # a bandwidth sample x 0.5: in compute ms

@@ -195,8 +195,9 @@ def test_the_search_exports_and_keys_with_one_options(tmp_path):
     assert options == ExportOptions(variant="generate", target_ort="1.18", precision="int8")
     with MeasurementStore(tmp_path / "store.sqlite") as store:
         evaluator = CandidateEvaluator(load_profile("cpu"), Stub(), store, tmp_path, Budgets(),
-                                       target_ort=options.target_ort, objective=settings.objective,
-                                       precision=options.precision)
+                                       export=ExportOptions(variant="generate", target_ort=options.target_ort,
+                                                            precision=options.precision),
+                                       objective=settings.objective)
         assert evaluator.store_key(EQUAL)[0] == options.model_key(EQUAL)
         # A search hands the evaluator its one ExportOptions, quantization options included.
         from ltsedge.exporters.quantize import QuantOptions

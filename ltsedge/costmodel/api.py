@@ -87,6 +87,7 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     """Measure ``samples`` architectures sampled uniformly from the setting's space (those the store
     already holds are not measured again), then report the cost model they make and its held-out
     accuracy."""
+    from ltsedge.exporters.options import ExportOptions
     from ltsedge.runners import Runner
     from ltsedge.search.budgets import Budgets
     from ltsedge.search.evaluate import CandidateEvaluator
@@ -100,8 +101,9 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     archs = space.sample(samples, seed=seed)
     with MeasurementStore(store_path) as store, (runner_factory or Runner)(profile, log=log) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-costmodel-") as scratch:
-        evaluator = CandidateEvaluator(profile, runner, store, Path(scratch), Budgets(),
-                                       target_ort=setting.target_ort or profile.target_ort, objective=objective)
+        export = ExportOptions(variant=variant, target_ort=setting.target_ort or profile.target_ort)
+        evaluator = CandidateEvaluator(profile, runner, store, Path(scratch), Budgets(), export=export,
+                                       objective=objective)
         for i in range(0, len(archs), 5):
             evaluator.evaluate(archs[i : i + 5], generation=0)
             log(f"{min(i + 5, len(archs))}/{len(archs)} architectures measured or found in the store")

@@ -4,10 +4,10 @@
         m = runner.measure("model.onnx")      # Measurement(ok=True, latency_ms=..., peak_memory_mb=...)
 
 Modules: ``interface`` (``MeasuringRunner``: what the Runner and a fleet's RemoteRunner both
-implement), ``runner`` (the Runner, drift check), ``process`` (the worker subprocess seen from the
-parent), ``worker`` (the measuring process itself), ``inputs`` (feeds for any model), ``stats`` (when
-to stop timing), ``policy`` (cool-down and drift rules), ``reference`` (the drift reference model),
-``measurement`` (the result). The initializer bytes of a file come from ``ltsedge.wire``.
+implement), ``runner`` (the Runner), ``calibration`` (its scale of milliseconds and drift guards),
+``process`` (the worker subprocess seen from the parent), ``worker`` (the measuring process itself),
+``inputs`` (feeds for any model), ``stats`` (when to stop timing), ``policy`` (cool-down and drift
+rules), ``reference`` (the drift reference model), ``measurement`` (the result). The initializer bytes of a file come from ``ltsedge.wire``.
 """
 
 from ltsedge.runners.inputs import make_inputs

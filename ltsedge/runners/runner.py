@@ -10,10 +10,8 @@ Memory isolation: the worker resets its peak-RSS counter and trims the heap arou
 ``RESTART_GROWTH_MB`` (leaked or fragmented memory would hide in the next model's figure), and uses
 a fresh worker per model where the counter cannot be reset (not Linux).
 
-Milliseconds: ratio x the scale (``Runner.calibration``): the machine's pinned calibration when given
-(``pinned=``, ``use_pinned``; from the store by ``policy.pinned_calibration``), else the run's own. The run's
-own calibration (the reference alone before the first model, ``run_calibration``) is measured either
-way: it is the drift guard's baseline and says how the machine is doing now.
+Calibrations (the scale of the milliseconds, the run's own, the drift guards): its base class,
+``calibration.RunnerCalibration``.
 """
 
 from __future__ import annotations
@@ -30,8 +28,9 @@ from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.devices.sensors import Sensors
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy
+from ltsedge.runners.calibration import RunnerCalibration
 from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement, calibrated
-from ltsedge.runners.policy import PIN_PAUSE_S, PIN_WINDOW_S, PIN_WINDOWS, Calibration, DriftGuard, PinnedCalibration
+from ltsedge.runners.policy import Calibration, PinnedCalibration
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
@@ -40,7 +39,6 @@ from ltsedge.wire import weights_mb
 from ltsedge.workloads import PRIMARY_WORKLOAD, WORKLOADS
 
 RESTART_GROWTH_MB = 64.0
-CALIBRATION_S = 1.0  # of the reference alone, before the first model
 CALIBRATION_TIMEOUT_S = 120.0  # at most, whatever the profile's per-model timeout
 CALIBRATION_FLOOR_S = 10.0  # at least: loading the reference and its second of timing, on a slow board
 Model = str | Path | bytes
@@ -50,7 +48,7 @@ def _warn(message: str) -> None:
     print(f"ltsedge: warning: {message}", file=sys.stderr)
 
 
-class Runner:
+class Runner(RunnerCalibration):
     """Measures models under one device profile. Use as a context manager, or call close()."""
 
     def __init__(self, profile: DeviceProfile, *, timeout_s: float | None = None,
@@ -72,19 +70,7 @@ class Runner:
         self._worker: WorkerProcess | None = None
         self._reference_paths: set[Path] = set()
         self._count = 0
-        # The scale: milliseconds = ratio x this. The machine's pinned calibration, a resumed search's
-        # own, or else the run's own calibration.
-        self.calibration: Calibration | None = None
-        # The reference alone at the start of this run (measured before the first model, or given):
-        # the drift guard's baseline.
-        self.run_calibration: Calibration | None = None
-        self.pinned: PinnedCalibration | None = None
-        self._guard: DriftGuard | None = None
-        self._bandwidth_guard: DriftGuard | None = None  # for workloads timed beside the bandwidth reference
-        if calibration is not None:
-            self.use_calibration(calibration)
-        if pinned is not None:
-            self.use_pinned(pinned)
+        self._init_calibration(calibration, pinned)
 
     # -- public API ------------------------------------------------------------------------------
     def measure(self, model: Model, *, shapes: dict[str, list[int]] | None = None, race: Race | None = None
@@ -126,67 +112,6 @@ class Runner:
             results.append(result)
             report(i, result)
         return results
-
-    def use_calibration(self, calibration: Calibration) -> None:
-        """Measure against a run's calibration taken earlier: the scale and the drift guard's baseline."""
-        self.calibration, self.run_calibration = calibration, calibration
-        self._guard, self._bandwidth_guard = DriftGuard(calibration), None
-
-    def use_pinned(self, pinned: PinnedCalibration | Calibration) -> None:
-        """Milliseconds through a scale fixed beforehand (the machine's pinned calibration, or a resumed
-        search's); the drift guard keeps to this run's own calibration, measured before the first model."""
-        if isinstance(pinned, PinnedCalibration):
-            self.pinned, pinned = pinned, pinned.calibration
-        self.calibration = pinned
-
-    def calibrate(self) -> Calibration:
-        """Time the reference alone (after warm-up) if this run has not yet: its own calibration (the
-        drift guard's baseline), and the scale unless one was given. Returns the scale."""
-        if self.run_calibration is None:
-            self.run_calibration = Calibration.from_samples(*self._time_reference(CALIBRATION_S))
-            self._guard, self._bandwidth_guard = DriftGuard(self.run_calibration), None
-        if self.calibration is None:
-            self.calibration = self.run_calibration
-        return self.calibration
-
-    def measure_pinned(self, windows: int = PIN_WINDOWS, seconds: float = PIN_WINDOW_S,
-                       pause_s: float = PIN_PAUSE_S) -> PinnedCalibration:
-        """The machine's calibration, measured carefully: ``windows`` windows of the reference alone with
-        pauses between (policy.PinnedCalibration). The last window also serves as this run's own
-        calibration when it has none yet."""
-        timed, bandwidth = [], []
-        for i in range(windows):
-            if i:
-                self.sleep(pause_s)
-            compute_ms, bandwidth_ms = self._time_reference(seconds)
-            timed.append(compute_ms)
-            bandwidth.append(bandwidth_ms)
-        if self.run_calibration is None:
-            self.run_calibration = Calibration.from_samples(timed[-1], bandwidth[-1])
-            self._guard, self._bandwidth_guard = DriftGuard(self.run_calibration), None
-        from datetime import datetime, timezone
-
-        return PinnedCalibration.from_windows(timed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                              bandwidth)
-
-    def bandwidth_scale(self) -> float:
-        """Compute over bandwidth reference time, from the scale's calibration (the pinned one: fixed for
-        the machine), else the run's own: a bandwidth reference sample times this is in the compute
-        reference's milliseconds, so every workload's ratio is in one unit (reference.py)."""
-        self.calibrate()
-        return self.calibration.bandwidth_scale or self.run_calibration.bandwidth_scale or 1.0
-
-    def _guard_for(self, measurement: Measurement, reference_ms: float) -> DriftGuard | None:
-        """The drift guard of the reference the measurement's primary workload was timed beside. The
-        bandwidth reference runs slower beside a model than alone (the model's weights evict its own
-        from the caches: +10-17% here), so its guard's baseline is its level beside the run's first
-        such model, not the calibration: the guard watches for change within the run."""
-        primary = (measurement.workloads or {}).get(measurement.workload) or {}
-        if primary.get("reference") != "bandwidth":
-            return self._guard
-        if self._bandwidth_guard is None and self.run_calibration is not None:
-            self._bandwidth_guard = DriftGuard(Calibration(reference_ms, self.run_calibration.bandwidth_noise))
-        return self._bandwidth_guard
 
     def _time_reference(self, seconds: float) -> tuple[list[float], list[float]]:
         """Per-run ms of each reference alone (compute, bandwidth), ``seconds`` of each after warm-up."""

@@ -41,11 +41,10 @@ CHUNK = 10  # candidates exported ahead of measuring, at most (their scratch fil
 
 class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: MeasuringRunner, store: MeasurementStore, scratch: OutputDir | Path,
-                 budgets: Budgets, *, target_ort: str | None = None, fresh: bool = False,
+                 budgets: Budgets, *, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
                  objective: str = "forward", racing: bool = False, screen: Screen | None = None,
-                 precision: str = "fp32", base_profile: DeviceProfile | None = None,
-                 export: ExportOptions | None = None):
+                 base_profile: DeviceProfile | None = None, export: ExportOptions | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         # The profile ``profile``'s repeat policy derives from (a search timing coarsely measures with
         # ``coarse(base_profile)``): its cost model learns from the figures of all its policies.
@@ -56,9 +55,9 @@ class CandidateEvaluator:
         # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
         self.variant, self.latency_field = WORKLOADS[objective].variant, WORKLOADS[objective].figure
         # How every candidate is exported and keyed: one value, so the file measured and its key agree
-        # (``export``, a search's; else the objective's variant at ``target_ort`` and ``precision``).
+        # (``export``; None: the objective's variant with every other option at its default).
         if export is None:
-            export = ExportOptions(variant=self.variant, target_ort=target_ort, precision=precision)
+            export = ExportOptions(variant=self.variant)
         if export.variant != self.variant:
             raise ValueError(f"objective {objective} is timed on the {self.variant} variant, not {export.variant}")
         self.export, self.target = export, export.target
