@@ -202,6 +202,36 @@ def test_the_bandwidth_reference_is_pinned_beside_the_compute_one_and_an_older_p
         PinnedCalibration.from_dict({**pinned.to_dict(), "bandwidth_ms": -1.0})
 
 
+def test_a_figure_moves_as_ratios_do_so_check_widens_by_the_ratio_spread_not_the_speed_spread():
+    # Five windows of a machine whose load comes and goes: its speed moves by up to 2x, the two references
+    # together (their ratio within 1%): a figure is a ratio times the pin, and moves as little.
+    speeds = [1.0, 1.9, 1.2, 2.0, 1.05]
+    compute = [[10.0 * s] * 9 for s in speeds]
+    bandwidth = [[20.0 * s * r] * 9 for s, r in zip(speeds, (1.0, 1.01, 0.995, 1.0, 1.004))]
+    pinned = PinnedCalibration.from_windows(compute, bandwidth_windows=bandwidth)
+    assert pinned.spread == pytest.approx((19.0 - 10.5) / 10.5)  # the speed's interquartile range: 81%
+    assert pinned.ratio_spread == pytest.approx((1.004 - 1.0) / 1.0, rel=1e-6)  # ratios: quartiles 1.0, 1.004
+    assert pinned.figure_spread == pinned.ratio_spread < 0.01
+    assert PinnedCalibration.from_dict(pinned.to_dict()) == pinned
+    with pytest.raises(ValueError):
+        PinnedCalibration.from_dict({**pinned.to_dict(), "ratio_spread": -0.1})
+    older = PinnedCalibration.from_dict({k: v for k, v in pinned.to_dict().items() if k != "ratio_spread"})
+    assert older.ratio_spread is None and older.figure_spread == pinned.spread  # the upper bound
+
+
+def test_check_widens_by_the_pinned_ratio_spread_and_an_older_pin_without_it_is_redone(tmp_path):
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        with ScriptedRunner(FAST, machine_ms=10.0) as runner:
+            key = calibration_key(runner.fingerprint(), FAST)
+            old = PinnedCalibration(10.0, 0.0, 0.87, (10.0,) * 5, None, 20.0, (20.0,) * 5)  # no ratio spread
+            store.put_calibration(*key, old.to_dict(), fingerprint=runner.fingerprint(), settings={})
+            pinned = pinned_calibration(store, runner, log=lambda line: None)
+        assert runner.reference_windows == PIN_WINDOWS and pinned.ratio_spread == 0.0  # measured again
+    # 10 ms against a limit 10% away: clear of a 0-5% band, inside the old pin's 87%.
+    assert not checked(tmp_path, 11.0, spread=pinned.figure_spread, marginal="fail").checks[0].marginal
+    assert checked(tmp_path, 11.0, spread=old.figure_spread, marginal="fail").checks[0].marginal
+
+
 def test_a_decode_step_is_timed_beside_the_bandwidth_reference_in_one_unit_with_the_rest(tmp_path):
     from ltsedge.architecture import Architecture
     from ltsedge.exporters import export_model

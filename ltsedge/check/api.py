@@ -91,7 +91,7 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
             factory = runner_factory(scheduler, machine)
         measure = functools.partial(measure_with_runner, factory=factory)
     if spread is None:
-        spread = pinned.spread if pinned is not None else (fleet_spread or 0.0)
+        spread = pinned.figure_spread if pinned is not None else (fleet_spread or 0.0)
     for check in (c for r in results for c in r.checks):
         check.spread, check.marginal_policy = float(spread), marginal
     log(f"ltsedge check: measuring {len(jobs)} model(s) on {profile.name}")

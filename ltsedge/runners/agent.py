@@ -79,7 +79,7 @@ def agent_info() -> dict:
     with agent.lock:
         calibration = agent.runner(agent.profile).calibrate()
     runner = agent.runners[agent.profile.settings_hash()]
-    spread = runner.pinned.spread if runner.pinned else 0.0
+    spread = runner.pinned.figure_spread if runner.pinned else 0.0
     return {"fingerprint": agent.fingerprint, "profile": agent.profile.name,
             "execution_provider": agent.profile.execution_provider,
             "calibration": {**calibration.to_dict(), "spread": spread},

@@ -106,7 +106,12 @@ class PinnedCalibration:
 
     ``reference_ms``: a low quantile of the windows' medians; ``noise``: the median within-window
     spread; ``spread``: the windows' interquartile range relative to ``reference_ms`` (how far this
-    machine moves between runs: ``check`` widens a figure's interval by it)."""
+    machine's speed moves between runs); ``ratio_spread``: the interquartile range of the windows'
+    bandwidth-to-compute reference ratios, relative to their median: how far a *ratio* of two different
+    kinds of work moves between runs. A figure is a ratio to the reference times the pinned calibration,
+    so a figure moves as ratios do, not as the machine's speed does: ``check`` widens a figure's
+    interval by ``figure_spread`` (a pin under a passing load measured a speed spread of 87% here, and
+    every budget within 87% of its figure read as marginal)."""
 
     reference_ms: float
     noise: float
@@ -115,6 +120,7 @@ class PinnedCalibration:
     created_at: str | None = None
     bandwidth_ms: float | None = None  # the bandwidth reference's low quantile, timed in the same windows
     bandwidth_windows: tuple[float, ...] = ()
+    ratio_spread: float | None = None  # None: pinned before it was kept (pinned again)
 
     @classmethod
     def from_windows(cls, windows: list[list[float]], created_at: str | None = None,
@@ -125,24 +131,30 @@ class PinnedCalibration:
         medians = sorted(c.reference_ms for c in each)
         low, high = (medians[round(q * (len(medians) - 1))] for q in (PIN_QUANTILE, 1 - PIN_QUANTILE))
         bandwidth = sorted(statistics.median(w) for w in bandwidth_windows or () if w)
-        # The spread: the windows' interquartile range (one burst of a neighbour is not the machine's spread)
+        ratios = sorted(statistics.median(b) / statistics.median(c) for c, b in zip(windows, bandwidth_windows or ())
+                        if b and c)
+        # The spreads: interquartile ranges (one burst of a neighbour is not the machine's spread)
         return cls(low, statistics.median(c.noise for c in each), (high - low) / low,
                    tuple(c.reference_ms for c in each), created_at,
-                   bandwidth[round(PIN_QUANTILE * (len(bandwidth) - 1))] if bandwidth else None, tuple(bandwidth))
+                   bandwidth[round(PIN_QUANTILE * (len(bandwidth) - 1))] if bandwidth else None, tuple(bandwidth),
+                   _relative_iqr(ratios) if ratios else None)
 
     @classmethod
     def from_dict(cls, data: dict) -> PinnedCalibration:
         """Read back from the store; ValueError when the stored object is not one."""
         try:
             bandwidth = data.get("bandwidth_ms")
+            ratio_spread = data.get("ratio_spread")
             pinned = cls(float(data["reference_ms"]), float(data["noise"]), float(data["spread"]),
                          tuple(float(w) for w in data.get("windows", ())), data.get("created_at"),
                          None if bandwidth is None else float(bandwidth),
-                         tuple(float(w) for w in data.get("bandwidth_windows", ())))
+                         tuple(float(w) for w in data.get("bandwidth_windows", ())),
+                         None if ratio_spread is None else float(ratio_spread))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a pinned calibration ({e})") from None
         if not pinned.reference_ms > 0 or not 0 <= pinned.spread < float("inf") \
-                or not (pinned.bandwidth_ms is None or pinned.bandwidth_ms > 0):
+                or not (pinned.bandwidth_ms is None or pinned.bandwidth_ms > 0) \
+                or not (pinned.ratio_spread is None or 0 <= pinned.ratio_spread < float("inf")):
             raise ValueError(f"not a pinned calibration ({data})")
         return pinned
 
@@ -155,7 +167,15 @@ class PinnedCalibration:
                "windows": list(self.windows), "created_at": self.created_at}
         if self.bandwidth_ms is not None:
             out.update(bandwidth_ms=self.bandwidth_ms, bandwidth_windows=list(self.bandwidth_windows))
+        if self.ratio_spread is not None:
+            out["ratio_spread"] = self.ratio_spread
         return out
+
+    @property
+    def figure_spread(self) -> float:
+        """How far a figure (ratio x this calibration) moves between runs: the ratio spread where it was
+        measured, else the speed spread (an upper bound)."""
+        return self.ratio_spread if self.ratio_spread is not None else self.spread
 
     def state(self, run: Calibration) -> str | None:
         """One line on how this run's machine differs from the pinned one; None within the noise (the
@@ -205,8 +225,8 @@ def pinned_calibration(store, runner: Runner, *, redo: bool = False,
     if stored is not None:
         try:
             pinned = PinnedCalibration.from_dict(stored)
-            if pinned.bandwidth_ms is not None:  # pinned before the bandwidth reference: pinned again
-                return pinned
+            if pinned.bandwidth_ms is not None and pinned.ratio_spread is not None:
+                return pinned  # else pinned before the bandwidth reference or the ratio spread: pinned again
         except ValueError:
             pass  # damaged: measured again, and replaced
     if not redo:
@@ -215,6 +235,12 @@ def pinned_calibration(store, runner: Runner, *, redo: bool = False,
     pinned = runner.measure_pinned()
     store.put_calibration(*key, pinned.to_dict(), fingerprint=fingerprint, settings=runtime_settings(runner.profile))
     return pinned
+
+
+def _relative_iqr(values: list[float]) -> float:
+    """The interquartile range of sorted ``values`` relative to their median."""
+    q1, q3 = (values[round(q * (len(values) - 1))] for q in (0.25, 0.75))
+    return (q3 - q1) / statistics.median(values)
 
 
 def _note(message: str) -> None:
