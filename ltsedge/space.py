@@ -220,13 +220,13 @@ class SearchSpace:
         n_layer, d_model = rng.choice(self.n_layer), rng.choice(self.d_model)
         heads = [rng.choice(self.n_head) for _ in range(n_layer)]
         inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
-        arch = self._architecture(n_layer, d_model, heads, inner, rng.choice(self.d_embed_choices),
-                                  rng.choice(self.div_val))
+        d_embed, div_val = rng.choice(self.d_embed_choices), rng.choice(self.div_val)
         if not self.block_types:
-            return arch
-        x = self.encode(arch)
-        x[self._layer_genes(2, n_layer)] = [rng.randrange(len(self.block_types)) for _ in range(n_layer)]
-        return self.decode(x)  # applies the block types (and the PAR rules)
+            return self._architecture(n_layer, d_model, heads, inner, d_embed, div_val)
+        # Built with its block types, so a space without the standard block (e.g. ffn and attn only) samples
+        types = [self.block_types[rng.randrange(len(self.block_types))] for _ in range(n_layer)]
+        arch = self._architecture(n_layer, d_model, heads, inner, d_embed, div_val, types)
+        return self.decode(self.encode(arch))  # canonical genes (and the PAR rules)
 
     def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val, block_types=()) -> Architecture:
         return Architecture(

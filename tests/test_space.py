@@ -196,6 +196,16 @@ def test_block_type_genes_count_exactly_and_every_vector_decodes_inside(types, r
     assert len(decoded) > min(len(everything), 3000) // 5  # the decoder reaches far into the space
 
 
+@pytest.mark.parametrize("types, rules", [(("ffn", "attn"), False), (("ffn", "attn"), True), (("attn", "ffn"), False)])
+def test_a_space_without_the_standard_block_samples_inside_itself(types, rules):
+    s = tiny_space(n_layer=(1, 2, 3, 6), d_model=(32,), d_inner=(64, 96), d_embed=(32,), div_val=(1,),
+                   block_types=types, par_rules=rules)
+    archs = s.sample(60, seed=4)  # sampling once encoded a standard layer first: "not in the search space"
+    everything = enumerate_par_space(s)
+    assert all(a in everything and s.contains(a) for a in archs)
+    assert {t for a in archs for t in a.block_types} == set(types)
+
+
 def test_par_rules_keep_attention_early_and_rare():
     s = SearchSpace(block_types=("attn_ffn", "ffn", "attn"), par_rules=True)
     for arch in s.sample(200, seed=0):
