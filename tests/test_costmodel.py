@@ -430,3 +430,39 @@ def test_settling_leaves_a_prediction_within_the_resolution_of_the_front_to_the_
         assert measured == [large.id]
         evaluator.settle_front(limit=10)  # without a margin, the near-tie is measured too
         assert measured == [large.id, small.id]
+
+
+def test_settling_judges_a_prediction_by_the_low_end_of_its_interval(tmp_path, monkeypatch):
+    """A prediction whose point is behind the front but whose interval reaches beyond it could be on the
+    front: it is measured, as screening would have measured it (a point-only settling lost front models
+    that the model predicted 5-10% too slow)."""
+    from ltsedge.search.candidate import Candidate
+    from ltsedge.search.evaluate import CandidateEvaluator
+
+    class Stub:
+        def fingerprint(self):
+            return {"machine": "test", "onnxruntime": "1.0"}
+
+    def candidate(arch, ratio, memory, interval=None):
+        figures = {"ok": True, "predicted": interval is not None, "workload": "decode", "latency_ms": ratio,
+                   "decode_latency_ms": ratio, "peak_memory_mb": memory,
+                   "workloads": {"decode": {"latency_ms": ratio, "latency_ratio": ratio}}}
+        c = Candidate(arch, count_params(arch), figures, "predicted" if interval else "measured", 1, "decode_latency_ms")
+        if interval:
+            c.prediction = {"decode": {"value": ratio, "low": ratio * interval[0], "high": ratio * interval[1]},
+                            "memory_mb": {"value": memory, "low": memory * 0.98, "high": memory * 1.02}}
+        return c
+
+    _, reaching, hopeless, front = sorted(tiny_space().sample(8, seed=4),
+                                          key=lambda a: count_params(a).decoder_params)[:4]
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        evaluator = CandidateEvaluator(PROFILE, Stub(), store, tmp_path, Budgets(), objective="decode",
+                                       screen=Screen("decode", Budgets(), 0))
+        measured = []
+        monkeypatch.setattr(evaluator, "_measure", lambda archs, generation: (
+            measured.extend(a.id for a in archs) or [candidate(a, 1.0, 20.0) for a in archs]))
+        evaluator._record(candidate(front, 2.0, 20.0))  # measured: the most parameters
+        evaluator._record(candidate(reaching, 2.1, 20.0, (0.85, 1.15)))  # 5% behind; its low end 11% ahead
+        evaluator._record(candidate(hopeless, 2.6, 25.0, (0.9, 1.1)))  # even its low ends (2.34, 24.5 MB) are behind
+        evaluator.settle_front(limit=10)
+        assert measured == [reaching.id]

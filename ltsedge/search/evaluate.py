@@ -134,20 +134,19 @@ class CandidateEvaluator:
             pending = [a for a in pending if a not in batch]
 
     def settle_front(self, limit: int, margin: float = 0.0) -> None:
-        """At the end of a search: measure (at most ``limit``) predicted candidates whose predicted
-        figures would enter the measured front, the most promising first, re-judged after every chunk
-        against the grown front, so the front a search publishes is the one its predictions point to,
-        in measured figures (``source`` "settled"). A prediction beyond the front by no more than
-        ``margin`` (publishing's resolution) is not measured: a front model within the resolution of it
-        already stands for it."""
+        """At the end of a search: measure (at most ``limit``) predicted candidates whose optimistic
+        predictions (the low ends of their intervals, as screening judges) would enter the measured
+        front, the most promising first, re-judged after every chunk against the grown front, so the
+        front a search publishes is the one its predictions point to, in measured figures (``source``
+        "settled"). A prediction beyond the front by no more than ``margin`` (publishing's resolution)
+        is not measured: a front model within the resolution of it already stands for it."""
         if self.screen is None:
             return
         settled = 0
         while settled < limit:
             front = self.screen.front_points(self._measured())
-            ranked = sorted(((promise(c.params.decoder_params, objective_ratio(c.measurement, self.objective),
-                                      c.memory_mb, front), c) for c in self.candidates() if c.predicted),
-                            key=lambda pc: -pc[0])
+            ranked = sorted(((promise(c.params.decoder_params, *self._optimistic(c), front), c)
+                             for c in self.candidates() if c.predicted), key=lambda pc: -pc[0])
             batch = [c for score, c in ranked if score > 1.0 + margin and not self.budgets.violations(
                 c.params.decoder_params, c.latency_ms, c.memory_mb)][:min(CHUNK, limit - settled)]
             if not batch:
@@ -157,6 +156,13 @@ class CandidateEvaluator:
                 self.stats.predicted -= 1
                 self._record(new)
             settled += len(batch)
+
+    def _optimistic(self, c: Candidate) -> tuple[float, float]:
+        """A predicted candidate's objective ratio and memory at the low ends of their intervals (the
+        point prediction where it has no interval)."""
+        p = c.prediction or {}
+        ratio = (p.get(self.objective) or {}).get("low") or objective_ratio(c.measurement, self.objective)
+        return ratio, (p.get("memory_mb") or {}).get("low") or c.memory_mb
 
     def _measured(self) -> list[Candidate]:
         """The search's candidates with measured figures (this run's, the store's, settled ones)."""
