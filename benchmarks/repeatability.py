@@ -10,18 +10,28 @@ Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 
 ``--variant generate`` measures the generate variant: latency is then the decode step (per token after
 ``context`` cached tokens), timed beside the bandwidth reference, and the prompt's prefill is reported too.
 
-    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate]
+``--load`` measures the second run under a competing load the benchmark starts itself (the neighbour of
+``reference_choice.py``: compute, memory streaming or idle at random, 0.3-2 s each), so the pair says
+how a figure taken on a quiet machine compares with one taken on a busy one.
+
+    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reference_choice import load  # noqa: E402  (the competing neighbour)
 
 from ltsedge.devices import load_profile
 from ltsedge.exporters import export_model
@@ -62,6 +72,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sequence", type=int, default=None)
     parser.add_argument("--variant", choices=("forward", "generate"), default="forward")
+    parser.add_argument("--load", action="store_true", help="measure the second run under a competing load")
     args = parser.parse_args()
     profile = load_profile(args.device)
     if args.sequence:
@@ -76,8 +87,17 @@ def main() -> None:
         print(f"pinned: compute reference {pinned.reference_ms:.3f} ms, bandwidth reference {pinned.bandwidth_ms:.3f} ms")
         print("run 1")
         first = measure_all(archs, profile, Path(tmp), range(len(archs)), args.variant, pinned)
-        print("run 2 (reverse order, new worker)")
-        second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant, pinned)
+        print("run 2 (reverse order, new worker" + (", under a competing load)" if args.load else ")"))
+        stop = mp.Event()
+        neighbour = mp.Process(target=load, args=(stop, 0), daemon=True) if args.load else None
+        if neighbour:
+            neighbour.start()
+        try:
+            second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant, pinned)
+        finally:
+            stop.set()
+            if neighbour:
+                neighbour.join(timeout=10)
     ok = [i for i in range(len(archs)) if first[i].ok and second[i].ok]
     print(f"\n{len(ok)} of {len(archs)} models measured in both runs; {time.time() - started:.0f} s; "
           f"{profile.name}, sequence {profile.sequence}")

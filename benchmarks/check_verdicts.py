@@ -1,0 +1,139 @@
+"""Do `ltsedge check` verdicts hold from one run to the next (issue 21, item 4)?
+
+Five architectures spread over the quick preset's space by decoder parameters (1-6 layers, d_model up
+to 384: a check of the default space's 16 x 1024 models takes minutes a run; forward pass, sequence
+192, the `cpu` profile) are exported once and measured by one `ltsedge check` (a fresh store: it pins this
+machine's calibration, as a CI cache would keep it). Each model then gets budgets 10% from its own
+figures: a latency budget 10% above its figure (should pass) for models 1, 3 and 5 and 10% below (should
+fail) for 2 and 4; a memory budget 10% above for 1, 3, 5 and 10% below for 2 and 4. Then `ltsedge check
+--budgets` runs ten times as CI runs it (a fresh process each, `CI=true`: marginal counts as fail), on a
+quiet machine and again under a competing load the benchmark starts itself (a neighbour switching at
+random between a compute-bound matrix product, streaming a 256 MB array and idling, 0.3-2 s each).
+
+Per condition: how many of the 50 (model, run) verdicts equal that model's most frequent verdict, how
+many equal the verdict its budgets were set for, and how many checks were marginal.
+Target (issue 21): the same verdict 50 of 50.
+
+    python benchmarks/check_verdicts.py [--models 5] [--runs 10] [--margin 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reference_choice import load  # noqa: E402  (the same competing neighbour)
+
+from ltsedge.exporters import export_model  # noqa: E402
+from ltsedge.exporters.options import ExportOptions  # noqa: E402
+from ltsedge.proxy import count_params  # noqa: E402
+from ltsedge.search.api import SearchOptions, resolve  # noqa: E402
+
+
+def spread_sample(n: int, seed: int = 0):
+    """n architectures of the quick space at evenly spaced quantiles of decoder parameters."""
+    space = resolve(SearchOptions(preset="quick", quiet=True))[0].space
+    pool = sorted(space.sample(1000, seed=seed), key=lambda a: count_params(a).decoder_params)
+    return [pool[round(i * (len(pool) - 1) / (n - 1))] for i in range(n)]
+
+
+def check(models: list[Path], store: Path, *extra: str) -> dict:
+    env = {**os.environ, "CI": "true", "LTSEDGE_STORE": str(store)}
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", "check", *map(str, models), "--device", "cpu",
+                           "--json", *extra], capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"ltsedge check failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return json.loads(proc.stdout)
+
+
+def budgets_file(path: Path, figures: list[dict], margin: float) -> list[bool]:
+    """Budgets ``margin`` from each model's figures, alternately above and below; the verdicts intended."""
+    lines, intended = [], []
+    for i, r in enumerate(figures):
+        above = i % 2 == 0
+        factor = 1 + margin if above else 1 - margin
+        lines += ["[[model]]", f'path = "{Path(r["path"]).name}"', "[model.budgets.cpu]",
+                  f"max_latency_ms = {r['latency_ms'] * factor:.4f}",
+                  f"max_memory_mb = {r['peak_memory_mb'] * factor:.4f}", ""]
+        intended.append(above)
+    path.write_text("\n".join(lines))
+    return intended
+
+
+def repeated(models: list[Path], store: Path, budgets: Path, runs: int) -> list[dict[str, bool]]:
+    """Each run's verdict per model (passed, counting marginal as CI does) and its marginal checks."""
+    out = []
+    for _ in range(runs):
+        report = check(models, store, "--budgets", str(budgets))
+        out.append({Path(r["path"]).name: (r["passed"], sum(bool(v) for v in r["marginal"].values()))
+                    for r in report["results"]})
+    return out
+
+
+def summarise(label: str, runs: list[dict], intended: dict[str, bool], seconds: float) -> None:
+    names = list(intended)
+    same = agree = marginal = 0
+    for name in names:
+        verdicts = [run[name][0] for run in runs]
+        same += collections.Counter(verdicts).most_common(1)[0][1]
+        agree += sum(v == intended[name] for v in verdicts)
+        marginal += sum(run[name][1] for run in runs)
+    total = len(names) * len(runs)
+    per_model = ", ".join(f"{n[:18]}: {''.join('P' if run[n][0] else 'F' for run in runs)}" for n in names)
+    print(f"| {label} | **{same}/{total}** | {agree}/{total} | {marginal} | {seconds:.0f} s |", flush=True)
+    print(f"  verdicts per run (P pass, F fail): {per_model}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--margin", type=float, default=0.1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ltsedge-verdicts-") as tmp:
+        tmp = Path(tmp)
+        models = []
+        for arch in spread_sample(args.models, seed=0):
+            path = tmp / f"{arch.id}.onnx"
+            export_model(arch, ExportOptions()).save(path)
+            models.append(path)
+        store = tmp / "store.sqlite"
+        started = time.perf_counter()
+        first = check(models, store, "--max-latency-ms", "1e9", "--max-memory-mb", "1e9")
+        print(f"{len(models)} models (quick space, forward, sequence 192), first check {time.perf_counter() - started:.0f} s; "
+              f"between-run spread kept with the calibration: {first['between_run_spread']:.1%}")
+        for r in first["results"]:
+            print(f"  {Path(r['path']).name}: {r['latency_ms']:.2f} ms, {r['peak_memory_mb']:.1f} MB")
+        budgets = tmp / "budgets.toml"
+        intended = dict(zip((Path(r["path"]).name for r in first["results"]),
+                            budgets_file(budgets, first["results"], args.margin)))
+        print(f"\n{args.runs} runs of `CI=true ltsedge check --budgets` (budgets {args.margin:.0%} from the figures):")
+        print("| condition | same verdict as the model's usual | as intended | marginal checks | wall |")
+        print("|---|---|---|---|---|")
+        clock = time.perf_counter()
+        summarise("quiet", repeated(models, store, budgets, args.runs), intended, time.perf_counter() - clock)
+        stop = mp.Event()
+        neighbour = mp.Process(target=load, args=(stop, 0), daemon=True)
+        neighbour.start()
+        try:
+            clock = time.perf_counter()
+            loaded = repeated(models, store, budgets, args.runs)
+        finally:
+            stop.set()
+            neighbour.join(timeout=10)
+        summarise("competing load", loaded, intended, time.perf_counter() - clock)
+
+
+if __name__ == "__main__":
+    main()
