@@ -302,6 +302,15 @@ def test_a_budget_inside_the_spread_band_is_marginal_and_the_policy_decides(tmp_
         assert "counted as " + policy in case.find("system-out").text
 
 
+def test_the_run_s_own_interval_and_the_spread_add_in_quadrature(tmp_path):
+    # 10 ms, +-5% of its own (the tolerance), a 5% spread: x/ 1.071 together (added outright: x 1.1025).
+    assert checked(tmp_path, 10.70, spread=0.05, marginal="fail").checks[0].marginal
+    assert not checked(tmp_path, 10.72, spread=0.05, marginal="fail").checks[0].marginal
+    assert not checked(tmp_path, 9.30, spread=0.05, marginal="fail").checks[0].marginal
+    assert checked(tmp_path, 9.33, spread=0.05, marginal="fail").checks[0].marginal
+    assert not checked(tmp_path, 1e-6, spread=5.0, marginal="fail").checks[0].marginal  # bounds stay positive
+
+
 def test_without_a_policy_a_marginal_check_follows_its_value(tmp_path):
     (c,) = checked(tmp_path, 9.0, spread=0.2, marginal=None).checks
     assert c.marginal and c.verdict == "marginal fail"
