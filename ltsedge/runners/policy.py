@@ -129,14 +129,14 @@ class PinnedCalibration:
         if not each:
             raise ValueError("no window of the reference was timed")
         medians = sorted(c.reference_ms for c in each)
-        low, high = (medians[round(q * (len(medians) - 1))] for q in (PIN_QUANTILE, 1 - PIN_QUANTILE))
+        low, high = (_quantile(medians, q) for q in (PIN_QUANTILE, 1 - PIN_QUANTILE))
         bandwidth = sorted(statistics.median(w) for w in bandwidth_windows or () if w)
         ratios = sorted(statistics.median(b) / statistics.median(c) for c, b in zip(windows, bandwidth_windows or ())
                         if b and c)
         # The spreads: interquartile ranges (one burst of a neighbour is not the machine's spread)
         return cls(low, statistics.median(c.noise for c in each), (high - low) / low,
                    tuple(c.reference_ms for c in each), created_at,
-                   bandwidth[round(PIN_QUANTILE * (len(bandwidth) - 1))] if bandwidth else None, tuple(bandwidth),
+                   _quantile(bandwidth, PIN_QUANTILE) if bandwidth else None, tuple(bandwidth),
                    _relative_iqr(ratios) if ratios else None)
 
     @classmethod
@@ -237,10 +237,14 @@ def pinned_calibration(store, runner: Runner, *, redo: bool = False,
     return pinned
 
 
-def _relative_iqr(values: list[float]) -> float:
-    """The interquartile range of sorted ``values`` relative to their median."""
-    q1, q3 = (values[round(q * (len(values) - 1))] for q in (0.25, 0.75))
-    return (q3 - q1) / statistics.median(values)
+def _quantile(ordered: list[float], q: float) -> float:
+    """The value at quantile ``q`` of sorted ``ordered`` (the nearest rank: a measured value)."""
+    return ordered[round(q * (len(ordered) - 1))]
+
+
+def _relative_iqr(ordered: list[float]) -> float:
+    """The interquartile range of sorted ``ordered`` relative to their median."""
+    return (_quantile(ordered, 0.75) - _quantile(ordered, 0.25)) / statistics.median(ordered)
 
 
 def _note(message: str) -> None:
