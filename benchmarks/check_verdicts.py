@@ -35,18 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reference_choice import load  # noqa: E402  (the same competing neighbour)
+from repeatability import spread_sample  # noqa: E402
 
 from ltsedge.exporters import export_model  # noqa: E402
 from ltsedge.exporters.options import ExportOptions  # noqa: E402
-from ltsedge.proxy import count_params  # noqa: E402
 from ltsedge.search.api import SearchOptions, resolve  # noqa: E402
-
-
-def spread_sample(n: int, seed: int = 0):
-    """n architectures of the quick space at evenly spaced quantiles of decoder parameters."""
-    space = resolve(SearchOptions(preset="quick", quiet=True))[0].space
-    pool = sorted(space.sample(1000, seed=seed), key=lambda a: count_params(a).decoder_params)
-    return [pool[round(i * (len(pool) - 1) / (n - 1))] for i in range(n)]
 
 
 def check(models: list[Path], store: Path, *extra: str) -> dict:
@@ -115,7 +108,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ltsedge-verdicts-") as tmp:
         tmp = Path(tmp)
         models = []
-        for arch in spread_sample(args.models, seed=0):
+        quick = resolve(SearchOptions(preset="quick", quiet=True))[0].space
+        for arch in spread_sample(args.models, seed=0, space=quick, pool=1000):
             path = tmp / f"{arch.id}.onnx"
             export_model(arch, ExportOptions()).save(path)
             models.append(path)

@@ -41,9 +41,10 @@ from ltsedge.runners import Runner
 from ltsedge.space import SearchSpace
 
 
-def spread_sample(n: int, seed: int = 0):
-    """n architectures at evenly spaced quantiles of decoder parameters in a large uniform sample."""
-    pool = sorted(SearchSpace().sample(2000, seed=seed), key=lambda a: count_params(a).decoder_params)
+def spread_sample(n: int, seed: int = 0, space: SearchSpace | None = None, pool: int = 2000):
+    """n architectures at evenly spaced quantiles of decoder parameters in a uniform sample of ``pool``
+    from ``space`` (the default space)."""
+    pool = sorted((space or SearchSpace()).sample(pool, seed=seed), key=lambda a: count_params(a).decoder_params)
     return [pool[round(i * (len(pool) - 1) / (n - 1))] for i in range(n)]
 
 
