@@ -39,7 +39,7 @@ from scipy.stats import spearmanr
 
 from ltsedge.costmodel import CostModel
 from ltsedge.costmodel.api import Setting, build
-from ltsedge.costmodel.model import MEMORY, measured_ratio
+from ltsedge.costmodel.model import MEMORY
 from ltsedge.costmodel.samples import load_samples
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.exporters import export_model
@@ -48,7 +48,6 @@ from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.frontier import remeasure
-from ltsedge.search.race_choice import objective_ratio
 from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 
@@ -75,7 +74,7 @@ def accuracy(tmp: Path, samples: int, careful: bool = True) -> None:
         for arch, m in held:
             estimate = model.predict(arch)
             p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
-            actual = m["peak_memory_mb"] if target == MEMORY else measured_ratio(m, target)
+            actual = m.peak_memory_mb if target == MEMORY else m.ratio(target)
             truth.append(actual)
             predicted.append(p.value)
             inside += p.low <= actual <= p.high
@@ -101,7 +100,7 @@ def against_careful(tmp: Path, model: CostModel, held: list, profile, variant: s
         paths.append(path)
     started = time.perf_counter()
     with Runner(profile, log=lambda m: None) as runner:
-        careful = [m.to_dict() for m in runner.measure_many(paths)]
+        careful = runner.measure_many(paths)
     print(f"the {len(held)} held out measured again, every workload to the profile's policy "
           f"({time.perf_counter() - started:.0f} s):")
     print("| figure | prediction vs careful: Spearman | median error | inside the 90% interval "
@@ -110,14 +109,14 @@ def against_careful(tmp: Path, model: CostModel, held: list, profile, variant: s
     for target in ("prefill", "decode", MEMORY):
         truth, predicted, sampled, inside = [], [], [], 0
         for (arch, m), again in zip(held, careful):
-            actual = again.get("peak_memory_mb") if target == MEMORY else measured_ratio(again, target)
-            if not again.get("ok") or actual is None:
+            actual = again.peak_memory_mb if target == MEMORY else again.ratio(target)
+            if not again.ok or actual is None:
                 continue
             estimate = model.predict(arch)
             p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
             truth.append(actual)
             predicted.append(p.value)
-            sampled.append(m["peak_memory_mb"] if target == MEMORY else measured_ratio(m, target))
+            sampled.append(m.peak_memory_mb if target == MEMORY else m.ratio(target))
             inside += p.low <= actual <= p.high
         truth = np.array(truth)
         errors = np.abs(truth / np.array(predicted) - 1)
@@ -128,7 +127,7 @@ def against_careful(tmp: Path, model: CostModel, held: list, profile, variant: s
 
 def front_hypervolume(fronts: list[list], objective: str) -> list[float]:
     """Each front's (lists of candidates) hypervolume in (decoder params, latency ratio, peak MB), on one scale."""
-    fronts = [[(c.params.decoder_params, objective_ratio(c.measurement, objective), c.memory_mb) for c in f]
+    fronts = [[(c.params.decoder_params, c.measurement.ratio(objective), c.memory_mb) for c in f]
               for f in fronts]
     points = [p for f in fronts for p in f]
     max_params = max(p[0] for p in points)

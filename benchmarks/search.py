@@ -58,7 +58,7 @@ def throughput(tmp: Path, population: int, generations: int) -> None:
     result, profile, wall, cpu = search(tmp, "throughput", population, generations)
     ev = result.summary["evaluation"]
     n, loop = ev["measured"], ev["evaluate_seconds"]
-    raced = sum(c.measurement.get("stopped_early", False) for c in result.candidates)
+    raced = sum(c.measurement.stopped_early for c in result.candidates)
     per = loop / max(n, 1)
     print(f"default space, sequence {profile.sequence}, objective forward, racing: {n} candidates measured "
           f"({raced} raced out after a first estimate)")
@@ -72,7 +72,7 @@ def throughput(tmp: Path, population: int, generations: int) -> None:
 def hypervolume_in_ratios(candidates) -> np.ndarray:
     """The front's points in (-params, ratio to the reference, memory): units that do not drift."""
     front = pareto_front(candidates, Budgets())
-    points = np.array([[-c.params.decoder_params, c.measurement["latency_ratio"], c.memory_mb] for c in front])
+    points = np.array([[-c.params.decoder_params, c.measurement.latency_ratio, c.memory_mb] for c in front])
     return points
 
 
@@ -88,7 +88,7 @@ def racing(tmp: Path, population: int, generations: int) -> None:
         return np.column_stack([1 - p[:, 0] / scale[0], p[:, 1] / scale[1], p[:, 2] / scale[2]])
 
     hv_raced, hv_full = hv(norm(a)), hv(norm(b))
-    stopped = sum(c.measurement.get("stopped_early", False) for c in raced.candidates)
+    stopped = sum(c.measurement.stopped_early for c in raced.candidates)
     print(f"racing vs full precision, default space, {population} x {generations}, same seed:")
     print(f"  hypervolume (ratio units) {hv_raced:.4f} vs {hv_full:.4f}: {hv_raced / hv_full:.1%} of full precision")
     print(f"  wall time {raced_wall:.0f} s vs {full_wall:.0f} s; {stopped} of {len(raced.candidates)} raced out")

@@ -159,7 +159,7 @@ def test_samples_of_every_policy_of_the_profile_teach_one_model_one_figure_per_a
         figures = {a.id: m for a, m in found}
         model_key = ExportOptions(variant="generate").model_key(archs[0])
         own, coarse_figure = (store.get(*measurement_key(model_key, here, p, variant="generate")) for p in (PROFILE, rough))
-        assert figures[archs[0].id] == own != coarse_figure  # the profile's figure, not the coarse one
+        assert figures[archs[0].id].to_dict() == own != coarse_figure  # the profile's figure, not the coarse one
 
 
 def test_the_coarse_policy_is_never_stricter_than_the_profile():
@@ -174,7 +174,7 @@ def test_the_coarse_policy_is_never_stricter_than_the_profile():
 
 def test_a_model_of_an_exactly_linear_machine_predicts_it():
     archs = tiny_space().sample(30, seed=1)
-    model = CostModel([(a, fake_figures(a).to_dict()) for a in archs[:20]], PROFILE, "generate")
+    model = CostModel([(a, fake_figures(a)) for a in archs[:20]], PROFILE, "generate")
     assert model.ready
     for a in archs[20:]:
         truth, estimate = fake_figures(a), model.predict(a)
@@ -186,13 +186,13 @@ def test_a_model_of_an_exactly_linear_machine_predicts_it():
 class FrontPoint:
     def __init__(self, params, ratio, memory):
         self.params = type("P", (), {"decoder_params": params})()
-        self.measurement = {"ok": True, "workloads": {"decode": {"latency_ratio": ratio}}}
+        self.measurement = Measurement(ok=True, workload="decode", workloads={"decode": {"latency_ratio": ratio}})
         self.latency_ms, self.memory_mb, self.ok, self.predicted = ratio, memory, True, False
 
 
 def test_screening_measures_what_could_enter_the_front_and_predicts_the_dominated():
     archs = tiny_space().sample(40, seed=2)
-    model = CostModel([(a, fake_figures(a).to_dict()) for a in archs[:20]], PROFILE, "generate")
+    model = CostModel([(a, fake_figures(a)) for a in archs[:20]], PROFILE, "generate")
     screen = Screen("decode", Budgets(), seed=0, audit_share=0.0)
     screen.use(model)
     arch = archs[25]
@@ -311,7 +311,7 @@ def test_a_search_predicts_most_candidates_and_publishes_only_measured_ones(tmp_
         by_source.setdefault(c.source, []).append(c)
     predicted = by_source.get("predicted", [])
     assert predicted, "an exact cost model left nothing to predict"
-    assert all(c.measurement["predicted"] for c in predicted)
+    assert all(c.measurement.predicted for c in predicted)
     assert not {c.arch.id for c in predicted} & set(LinearMachine.measured)  # predicted = never measured
     published = {p.candidate.arch.id for p in result.frontier}
     assert published and not published & {c.arch.id for c in predicted}
@@ -410,9 +410,9 @@ def test_settling_leaves_a_prediction_within_the_resolution_of_the_front_to_the_
             return {"machine": "test", "onnxruntime": "1.0"}
 
     def candidate(arch, ratio, memory, predicted):
-        figures = {"ok": True, "predicted": predicted, "workload": "decode", "latency_ms": ratio,
-                   "decode_latency_ms": ratio, "peak_memory_mb": memory,
-                   "workloads": {"decode": {"latency_ms": ratio, "latency_ratio": ratio}}}
+        figures = Measurement(ok=True, predicted=predicted, workload="decode", latency_ms=ratio,
+                              decode_latency_ms=ratio, peak_memory_mb=memory,
+                              workloads={"decode": {"latency_ms": ratio, "latency_ratio": ratio}})
         return Candidate(arch, count_params(arch), figures, "predicted" if predicted else "measured", 1,
                          "decode_latency_ms")
 
@@ -444,9 +444,9 @@ def test_settling_judges_a_prediction_by_the_low_end_of_its_interval(tmp_path, m
             return {"machine": "test", "onnxruntime": "1.0"}
 
     def candidate(arch, ratio, memory, interval=None):
-        figures = {"ok": True, "predicted": interval is not None, "workload": "decode", "latency_ms": ratio,
-                   "decode_latency_ms": ratio, "peak_memory_mb": memory,
-                   "workloads": {"decode": {"latency_ms": ratio, "latency_ratio": ratio}}}
+        figures = Measurement(ok=True, predicted=interval is not None, workload="decode", latency_ms=ratio,
+                              decode_latency_ms=ratio, peak_memory_mb=memory,
+                              workloads={"decode": {"latency_ms": ratio, "latency_ratio": ratio}})
         c = Candidate(arch, count_params(arch), figures, "predicted" if interval else "measured", 1, "decode_latency_ms")
         if interval:
             c.prediction = {"decode": {"value": ratio, "low": ratio * interval[0], "high": ratio * interval[1]},

@@ -28,12 +28,12 @@ from tests.helpers import random_tiny_archs
 HALF_WIDTH = 0.01  # every fake figure's interval: +-1%
 
 
-def figure(latency: float, memory: float, half_width: float = HALF_WIDTH) -> dict:
+def figure(latency: float, memory: float, half_width: float = HALF_WIDTH) -> Measurement:
     """A decode measurement with an interval, as the worker writes one."""
     low, high = latency * (1 - half_width), latency * (1 + half_width)
     decode = {"latency_ms": latency, "latency_low_ms": low, "latency_high_ms": high, "latency_ratio": latency}
-    return {"ok": True, "workload": "decode", "latency_ms": latency, "decode_latency_ms": latency,
-            "latency_low_ms": low, "latency_high_ms": high, "peak_memory_mb": memory, "workloads": {"decode": decode}}
+    return Measurement(ok=True, workload="decode", latency_ms=latency, decode_latency_ms=latency, latency_low_ms=low,
+                       latency_high_ms=high, peak_memory_mb=memory, workloads={"decode": decode})
 
 
 def published(points: list[tuple[float, float]]) -> list[PublishedModel]:
@@ -70,7 +70,8 @@ def test_a_model_straddling_the_latency_budget_or_without_an_interval_is_undecid
     models = published([(1.0, 10), (5.0, 20), (7.0, 30)])
     assert undecided(models, Budgets(max_latency_ms=5.02), "decode") == ids(models, 1)
     no_interval = models[2].candidate.measurement
-    del no_interval["workloads"]["decode"]["latency_low_ms"], no_interval["latency_low_ms"]
+    del no_interval.workloads["decode"]["latency_low_ms"]
+    no_interval.latency_low_ms = None
     assert undecided(models, Budgets(), "decode") == ids(models, 2)
 
 
@@ -106,7 +107,7 @@ class FakeMachine:
             assert race(i).workload == "decode" and race(i).front == ()  # the objective in full, others coarse
             FakeMachine.measured.append((self.policy, arch_id))
             table = FakeMachine.strict_figures if self.policy == "strict" else FakeMachine.search_figures
-            out.append(Measurement.from_dict(figure(*table[arch_id])))
+            out.append(figure(*table[arch_id]))
         return out
 
 

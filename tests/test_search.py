@@ -23,6 +23,7 @@ from ltsedge.proxy import count_params
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.loop import SearchRun
+from ltsedge.runners.measurement import Measurement
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
 
@@ -297,6 +298,6 @@ def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
     assert all(a.div_val == 1 and a.d_embed == a.d_model for a in plain)
     big = Architecture.from_dict({**plain[3].to_dict(), "d_embed": 256, "div_val": 4, "cutoffs": []})
     matched = baseline_architectures(settings.baseline, settings.space, [Candidate(
-        big, count_params(big), {"ok": True, "latency_ms": 1.0}, "final", 1)])
+        big, count_params(big), Measurement(ok=True, latency_ms=1.0), "final", 1)])
     assert [(a.d_embed, a.div_val) for a in matched[:4]] == [(256, 4)] * 4  # its match: big, >= their parameters
     assert [(a.d_embed, a.div_val) for a in matched[4:]] == [(256, 4)] * 12  # no match: the front's largest

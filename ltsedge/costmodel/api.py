@@ -71,7 +71,7 @@ def predict(arch: Architecture, setting: Setting, store_path: Path | None = None
         raise LtsedgeError(f"no cost model for this machine and these settings ({len(model.samples)} measured "
                            f"architectures, {MIN_SAMPLES} needed); make one with `{how_to_build(setting)}`")
     estimate = model.predict(arch)
-    calibration = statistics.median(m["calibration_ms"] for _, m in model.samples if m.get("calibration_ms"))
+    calibration = statistics.median(m.calibration_ms for _, m in model.samples if m.calibration_ms)
     workloads = {name: {"latency_ms": p.value * calibration, "latency_low_ms": p.low * calibration,
                         "latency_high_ms": p.high * calibration, "latency_ratio": p.value}
                  for name, p in estimate.ratios.items()}

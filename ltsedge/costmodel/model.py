@@ -16,19 +16,13 @@ import numpy as np
 
 from ltsedge.costmodel.features import LATENCY_FEATURES, MEMORY_FEATURES, Shapes, latency_features, memory_features
 from ltsedge.costmodel.fit import MIN_SAMPLES, Prediction, RelativeLinearFit
+from ltsedge.runners.measurement import Measurement
 
 MEMORY = "memory"
 
 
 def workloads_of(variant: str) -> tuple[str, ...]:
     return ("prefill", "decode") if variant == "generate" else ("forward",)
-
-
-def measured_ratio(measurement: dict, workload: str) -> float | None:
-    workloads = measurement.get("workloads") or {}
-    if workload in workloads:
-        return workloads[workload].get("latency_ratio")
-    return measurement.get("latency_ratio") if measurement.get("workload", "forward") == workload else None
 
 
 @dataclass(frozen=True)
@@ -45,11 +39,11 @@ class Estimate:
 
 class CostModel:
     def __init__(self, samples: list[tuple], profile, variant: str, coverage: float = 0.9):
-        """``samples``: (Architecture, measurement dict) pairs measured with ``profile`` and ``variant``."""
+        """``samples``: (Architecture, Measurement) pairs measured with ``profile`` and ``variant``."""
         self.variant, self.coverage = variant, coverage
         self.workloads = workloads_of(variant)
         self.shapes = {w: Shapes.of(w, profile) for w in self.workloads}
-        self.samples = [(a, m) for a, m in samples if m.get("ok") and m.get("peak_memory_mb")]
+        self.samples = [(a, m) for a, m in samples if m.ok and m.peak_memory_mb]
         self.fits: dict[str, RelativeLinearFit] = {}
         for target in (*self.workloads, MEMORY):
             rows = [(self._features(a, target), self._figure(m, target)) for a, m in self.samples]
@@ -81,5 +75,5 @@ class CostModel:
         return [values[k] for k in LATENCY_FEATURES]
 
     @staticmethod
-    def _figure(measurement: dict, target: str) -> float | None:
-        return measurement.get("peak_memory_mb") if target == MEMORY else measured_ratio(measurement, target)
+    def _figure(measurement: Measurement, target: str) -> float | None:
+        return measurement.peak_memory_mb if target == MEMORY else measurement.ratio(target)

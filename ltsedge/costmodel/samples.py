@@ -15,6 +15,7 @@ from ltsedge.devices import coarse, strict
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key
+from ltsedge.runners.measurement import Measurement
 
 
 def export_settings(model_key: str) -> str:
@@ -57,7 +58,7 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
                 arch = Architecture.from_dict(arch)
             except LtsedgeError:
                 continue  # an architecture this version no longer accepts: not a sample
-            found.setdefault(arch.id, (arch, measurement))
+            found.setdefault(arch.id, (arch, Measurement.from_record(measurement)))
     return list(found.values())
 
 

@@ -71,48 +71,81 @@ class Measurement:
     temperature_c: float | None = None
     throttled: bool | None = None
     drift_remeasured: bool = False  # measured again after the reference model drifted
+    # A search's prediction in the shape of a measurement (search/screening.py), never stored or
+    # published as measured: its latencies' intervals are in latency_low/high_ms, its memory's here.
+    predicted: bool = False
+    extrapolated: bool = False  # predicted outside the range of the cost model's samples
+    memory_low_mb: float | None = None
+    memory_high_mb: float | None = None
+    # A published model whose final measurement failed keeps its earlier figures, and this error.
+    final_measurement_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """A measurement from a peer (an agent's reply): every field must be one this version knows."""
         if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
             raise LtsedgeError("a measurement must be a JSON object with a boolean 'ok'")
         reject_unknown("measurement field", data, (f.name for f in dataclasses.fields(cls)))
         return cls(**data)
 
     @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Measurement:
+        """A measurement as written earlier (the store, a search's candidate log), possibly by another
+        version: fields it no longer has are left out rather than refused."""
+        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+            raise LtsedgeError("a measurement must be a JSON object with a boolean 'ok'")
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+
+    @classmethod
     def failure(cls, error: str, kind: str = "environment", **fields: Any) -> Measurement:
         return cls(ok=False, error=error, failure_kind=kind, **fields)
 
+    def figures(self, workload: str) -> dict[str, Any]:
+        """One workload's figures (latency_ms, latency_ratio, its interval ...): its entry in
+        ``workloads``, else the primary figures where it is the primary workload, else none."""
+        if self.workloads and workload in self.workloads:
+            return self.workloads[workload]
+        return {k: getattr(self, k) for k in PRIMARY_FIELDS} if workload == self.workload else {}
 
-def complete(measurement: dict) -> bool:
-    """Every workload timed to the profile's policy: not raced out after a first estimate, and none
-    timed coarsely as a raced search's non-objective workload (runners/racing.py)."""
-    workloads = measurement.get("workloads") or {}
-    return not measurement.get("stopped_early") and not any(w.get("coarse") for w in workloads.values())
+    def ratio(self, workload: str) -> float | None:
+        """The workload's latency as a ratio to the reference model: the unit that travels between runs."""
+        return self.figures(workload).get("latency_ratio")
+
+    @property
+    def complete(self) -> bool:
+        """Every workload timed to the profile's policy: not raced out after a first estimate, and none
+        timed coarsely as a raced search's non-objective workload (runners/racing.py)."""
+        return not self.stopped_early and not any(w.get("coarse") for w in (self.workloads or {}).values())
+
+    def rescaled(self, calibration_ms: float) -> Measurement:
+        """This measurement in another run's milliseconds: its ratios times that run's calibration.
+
+        Ratios to the reference travel between runs; milliseconds carry the calibration of the run that
+        took them. A figure without a calibration (a failure) is returned as it is."""
+        old = self.calibration_ms
+        if not self.ok or not old or old == calibration_ms:
+            return self
+        factor = calibration_ms / old
+        scaled = {k: getattr(self, k) * factor for k in (*LATENCY_FIELDS, "prefill_latency_ms", "decode_latency_ms")
+                  if getattr(self, k) is not None}
+        workloads = None if self.workloads is None else {
+            name: {**w, **{k: w[k] * factor for k in LATENCY_FIELDS if w.get(k) is not None}}
+            for name, w in self.workloads.items()}
+        return dataclasses.replace(self, calibration_ms=calibration_ms, workloads=workloads, **scaled)
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Measurement))
+
+
+def complete(record: dict) -> bool:
+    """``Measurement.complete`` of a stored record."""
+    return Measurement.from_record(record).complete
 
 
 LATENCY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_low_ms", "latency_high_ms")
-
-
-def rescaled(measurement: dict, calibration_ms: float) -> dict:
-    """A stored measurement in this run's milliseconds: its ratios times this run's calibration.
-
-    Ratios to the reference travel between runs; milliseconds carry the calibration of the run that
-    took them. A figure without a ratio (a failure) is returned as it is."""
-    old = measurement.get("calibration_ms")
-    if not measurement.get("ok") or not old or old == calibration_ms:
-        return measurement
-    factor = calibration_ms / old
-    out = {**measurement, "calibration_ms": calibration_ms}
-    out.update({k: out[k] * factor for k in (*LATENCY_FIELDS, "prefill_latency_ms", "decode_latency_ms")
-                if out.get(k) is not None})
-    if out.get("workloads"):
-        out["workloads"] = {name: {**w, **{k: w[k] * factor for k in LATENCY_FIELDS if w.get(k) is not None}}
-                            for name, w in out["workloads"].items()}
-    return out
 
 
 # The figures of a success that come from its primary workload's (the forward pass's, else the first).

@@ -37,7 +37,7 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LostConnection, LtsedgeError
 from ltsedge.runners.agent import MACHINE, SLOT, agent_info, distributed_module, measure_on_agent
-from ltsedge.runners.measurement import Measurement, rescaled
+from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.model_payload import payload
 from ltsedge.runners.policy import Calibration
 
@@ -170,7 +170,7 @@ class RemoteRunner:
 
     def _on_our_scale(self, m: Measurement) -> Measurement:
         """An agent's milliseconds through the search's calibration (its ratio is kept as measured)."""
-        return Measurement.from_dict(rescaled(m.to_dict(), self.calibration.reference_ms))
+        return m.rescaled(self.calibration.reference_ms)
 
     def _call(self, fn):
         try:

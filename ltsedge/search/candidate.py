@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from ltsedge.architecture import Architecture
 from ltsedge.proxy import ParamCounts
+from ltsedge.runners.measurement import Measurement
 from ltsedge.search.budgets import Budgets
 
 
@@ -14,7 +15,7 @@ from ltsedge.search.budgets import Budgets
 class Candidate:
     arch: Architecture
     params: ParamCounts
-    measurement: dict
+    measurement: Measurement  # measured, or predicted (``measurement.predicted``, source "predicted")
     # Where its figures come from (the candidate log's and candidates.csv's "source"), one of:
     #   "measured"   measured by this search, on this machine or an agent
     #   "store"      measured earlier, answered from the measurement store
@@ -29,7 +30,7 @@ class Candidate:
 
     @property
     def ok(self) -> bool:
-        return bool(self.measurement.get("ok"))
+        return self.measurement.ok
 
     @property
     def predicted(self) -> bool:
@@ -37,11 +38,11 @@ class Candidate:
 
     @property
     def latency_ms(self) -> float | None:
-        return self.measurement.get(self.latency_field)
+        return getattr(self.measurement, self.latency_field)
 
     @property
     def memory_mb(self) -> float | None:
-        return self.measurement.get("peak_memory_mb")
+        return self.measurement.peak_memory_mb
 
     def to_record(self, budgets: Budgets) -> dict:
         violations = budgets.violations(self.params.decoder_params, self.latency_ms, self.memory_mb)
@@ -49,7 +50,7 @@ class Candidate:
             "id": self.arch.id, "generation": self.generation, "source": self.source, "ok": self.ok,
             "feasible": self.ok and not violations, "violations": violations,
             "decoder_params": self.params.decoder_params, "total_params": self.params.total_params,
-            "architecture": self.arch.to_dict(), "measurement": self.measurement, "prediction": self.prediction,
+            "architecture": self.arch.to_dict(), "measurement": self.measurement.to_dict(), "prediction": self.prediction,
         }
 
 

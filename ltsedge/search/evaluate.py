@@ -26,12 +26,11 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.proxy import count_params
 from ltsedge.runners import Measurement, MeasuringRunner
-from ltsedge.runners.measurement import complete, rescaled
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate, EvaluationStats
 from ltsedge.search.checkpoint import CandidateLog
 from ltsedge.search.outdir import SCRATCH, OutputDir
-from ltsedge.search.race_choice import objective_ratio, race_for
+from ltsedge.search.race_choice import race_for
 from ltsedge.search.screening import Screen, plan, predicted_measurement, prediction_record, promise
 from ltsedge.store import MeasurementStore
 from ltsedge.workloads import WORKLOADS
@@ -77,7 +76,8 @@ class CandidateEvaluator:
         for record in records:
             try:
                 arch = Architecture.from_dict(record["architecture"])
-                self.seen[arch.id] = Candidate(arch, count_params(arch), record["measurement"], record["source"],
+                measurement = Measurement.from_record(record["measurement"])
+                self.seen[arch.id] = Candidate(arch, count_params(arch), measurement, record["source"],
                                                record["generation"], self.latency_field, record.get("prediction"))
             except (KeyError, TypeError, LtsedgeError):
                 continue  # not a candidate record
@@ -161,7 +161,7 @@ class CandidateEvaluator:
         """A predicted candidate's objective ratio and memory at the low ends of their intervals (the
         point prediction where it has no interval)."""
         p = c.prediction or {}
-        ratio = (p.get(self.objective) or {}).get("low") or objective_ratio(c.measurement, self.objective)
+        ratio = (p.get(self.objective) or {}).get("low") or c.measurement.ratio(self.objective)
         return ratio, (p.get("memory_mb") or {}).get("low") or c.memory_mb
 
     def _measured(self) -> list[Candidate]:
@@ -182,7 +182,7 @@ class CandidateEvaluator:
         out_of_budget = self.budgets.violations(params.decoder_params, None, None)
         if out_of_budget:
             reason = "skipped: decoder parameters outside the budget (" + ", ".join(out_of_budget) + ")"
-            return Candidate(arch, params, {"ok": False, "error": reason}, "skipped", generation, self.latency_field)
+            return Candidate(arch, params, Measurement(ok=False, error=reason), "skipped", generation, self.latency_field)
         if self.fresh:
             return None
         stored = self.store.get(*self.store_key(arch))
@@ -191,9 +191,10 @@ class CandidateEvaluator:
         # A stored first estimate (raced out) is a real figure with its interval: reused as it is, so that
         # the same seed and store replay the same search; the frontier is re-measured afresh anyway.
         calibration = self.runner.calibrate().reference_ms
-        if stored.get("ok"):
+        stored = Measurement.from_record(stored)
+        if stored.ok:
             remember(self.store, arch, self.store_key(arch)[0])  # figures stored before architectures were
-        return Candidate(arch, params, rescaled(stored, calibration), "store", generation, self.latency_field)
+        return Candidate(arch, params, stored.rescaled(calibration), "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         paths, written = [], []
@@ -216,7 +217,7 @@ class CandidateEvaluator:
             def race(i: int):  # against the front so far, this batch's earlier figures included
                 if not self.racing:
                     return None
-                done = [Candidate(archs[j], count_params(archs[j]), m.to_dict(), "measured", generation,
+                done = [Candidate(archs[j], count_params(archs[j]), m, "measured", generation,
                                   self.latency_field) for j, m in interim.items()]
                 return self._race(count_params(archs[i]).decoder_params, done)
 
@@ -224,7 +225,7 @@ class CandidateEvaluator:
         finally:
             for path in written:
                 self._drop_scratch(path)
-        return [Candidate(arch, count_params(arch), m.to_dict(), "measured", generation, self.latency_field)
+        return [Candidate(arch, count_params(arch), m, "measured", generation, self.latency_field)
                 for arch, m in zip(archs, measurements)]
 
     def _scratch_path(self, name: str) -> Path:
@@ -244,20 +245,19 @@ class CandidateEvaluator:
         return race_for(params, self.candidates() + list(extra), self.objective, self.budgets,
                         self.profile.tolerance, self.runner.calibrate().reference_ms)
 
-    def _keep(self, arch: Architecture, measurement) -> None:
+    def _keep(self, arch: Architecture, measurement: Measurement) -> None:
         """Store each figure the moment it exists: an interrupted batch loses nothing it measured (a
         first estimate, or a coarse one, never replaces a complete figure)."""
-        record = measurement.to_dict()
-        if not complete(record):
+        if not measurement.complete:
             full = self.store.get(*self.store_key(arch), include_failures=False)
-            if full is not None and complete(full):
+            if full is not None and Measurement.from_record(full).complete:
                 return
-        self.stats.load_seconds += record.get("load_seconds") or 0.0
-        self.stats.inference_seconds += record.get("inference_seconds") or 0.0
+        self.stats.load_seconds += measurement.load_seconds
+        self.stats.inference_seconds += measurement.inference_seconds
         key = self.store_key(arch)
-        self.store.put(*key, record, fingerprint=self.fingerprint,
+        self.store.put(*key, measurement.to_dict(), fingerprint=self.fingerprint,
                        settings=measurement_settings(self.profile, variant=self.variant))
-        if record.get("ok"):
+        if measurement.ok:
             remember(self.store, arch, key[0])
 
     def _record(self, candidate: Candidate) -> None:

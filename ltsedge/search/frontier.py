@@ -26,7 +26,6 @@ from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.files import sha256_of
 from ltsedge.runners import MeasuringRunner
-from ltsedge.runners.measurement import rescaled
 from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
@@ -89,19 +88,16 @@ def remeasure(models: list[PublishedModel], runner: MeasuringRunner, objective: 
     calibration = runner.calibrate().reference_ms
     out = []
     for p, m in zip(models, measured):
-        record = m.to_dict()
-        if not record.get("ok"):
-            log(f"warning: {p.candidate.arch.id} failed its final measurement ({record.get('error')}); "
-                f"keeping its earlier figures")
-            record = {**rescaled(p.candidate.measurement, calibration), "final_measurement_error": record.get("error")}
-        out.append(replace(p, candidate=replace(p.candidate, measurement=record, source="final"), remeasured=policy))
+        if not m.ok:
+            log(f"warning: {p.candidate.arch.id} failed its final measurement ({m.error}); keeping its earlier figures")
+            m = replace(p.candidate.measurement.rescaled(calibration), final_measurement_error=m.error)
+        out.append(replace(p, candidate=replace(p.candidate, measurement=m, source="final"), remeasured=policy))
     return out
 
 
 def _interval(c: Candidate, objective: str) -> tuple[float, float] | None:
     """The objective latency's interval (ms) from the candidate's measurement, if it has one."""
-    m = c.measurement
-    w = (m.get("workloads") or {}).get(objective) or m
+    w = c.measurement.figures(objective)
     low, high = w.get("latency_low_ms"), w.get("latency_high_ms")
     if low is None or high is None or c.latency_ms is None:
         return None

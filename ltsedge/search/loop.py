@@ -70,7 +70,7 @@ class SearchResult:
         """Why no candidate could be measured, when none could (None when any was)."""
         if not self.candidates or any(c.ok for c in self.candidates):
             return None
-        reasons = Counter(c.measurement.get("error") or "unknown" for c in self.candidates)
+        reasons = Counter(c.measurement.error or "unknown" for c in self.candidates)
         reason, count = reasons.most_common(1)[0]
         return f"no candidate could be measured ({count} of {len(self.candidates)}: {reason})"
 

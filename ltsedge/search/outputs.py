@@ -43,13 +43,12 @@ def frontier_entry(p: PublishedModel, out_dir: Path) -> dict:
     return {
         "id": c.arch.id, "architecture": c.arch.to_dict(),
         "decoder_params": c.params.decoder_params, "total_params": c.params.total_params,
-        "latency_ms": m.get("latency_ms"), "latency_p90_ms": m.get("latency_p90_ms"),
-        "latency_cv": m.get("latency_cv"), "peak_memory_mb": m.get("peak_memory_mb"),
-        "weights_mb": m.get("weights_mb"), "prefill_latency_ms": m.get("prefill_latency_ms"),
-        "decode_latency_ms": m.get("decode_latency_ms"), "kv_cache_mb": m.get("kv_cache_mb"),
+        "latency_ms": m.latency_ms, "latency_p90_ms": m.latency_p90_ms, "latency_cv": m.latency_cv,
+        "peak_memory_mb": m.peak_memory_mb, "weights_mb": m.weights_mb, "prefill_latency_ms": m.prefill_latency_ms,
+        "decode_latency_ms": m.decode_latency_ms, "kv_cache_mb": m.kv_cache_mb,
         "onnx": str(p.path.relative_to(out_dir)), "sha256": p.sha256,
         "remeasured": p.remeasured,  # its figure's policy: "profile" (decided at the profile's policy) or "strict" (it was not)
-        "bundle": str(p.bundle.relative_to(out_dir)) if p.bundle else None, "files": p.files, "measurement": m,
+        "bundle": str(p.bundle.relative_to(out_dir)) if p.bundle else None, "files": p.files, "measurement": m.to_dict(),
     }
 
 
@@ -81,7 +80,7 @@ def write_outputs(result: SearchResult) -> None:
                                             "precision": summary["settings"].get("precision", "fp32"),
                                             "models": entries})
     _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
-               [{**e, **_flat_arch(p.candidate.arch), "agent": e["measurement"].get("agent") or "",
+               [{**e, **_flat_arch(p.candidate.arch), "agent": p.candidate.measurement.agent or "",
                  "precision": summary["settings"].get("precision", "fp32")}
                 for e, p in zip(entries, result.frontier)])
     rows = []
@@ -89,13 +88,12 @@ def write_outputs(result: SearchResult) -> None:
         record = c.to_record(result.budgets)
         m = c.measurement
         rows.append({**record, **_flat_arch(c.arch), "figures": "predicted" if c.predicted else "measured",
-                     "latency_ms": m.get("latency_ms"), "latency_low_ms": m.get("latency_low_ms"),
-                     "latency_high_ms": m.get("latency_high_ms"), "memory_low_mb": m.get("memory_low_mb"),
-                     "memory_high_mb": m.get("memory_high_mb"),
-                     "latency_p90_ms": m.get("latency_p90_ms"), "peak_memory_mb": m.get("peak_memory_mb"),
-                     "prefill_latency_ms": m.get("prefill_latency_ms"), "decode_latency_ms": m.get("decode_latency_ms"),
-                     "error": m.get("error") or "", "violations": " ".join(record["violations"]),
-                     "agent": m.get("agent") or ""})
+                     "latency_ms": m.latency_ms, "latency_low_ms": m.latency_low_ms,
+                     "latency_high_ms": m.latency_high_ms, "memory_low_mb": m.memory_low_mb,
+                     "memory_high_mb": m.memory_high_mb, "latency_p90_ms": m.latency_p90_ms,
+                     "peak_memory_mb": m.peak_memory_mb, "prefill_latency_ms": m.prefill_latency_ms,
+                     "decode_latency_ms": m.decode_latency_ms, "error": m.error or "",
+                     "violations": " ".join(record["violations"]), "agent": m.agent or ""})
     _write_csv(out_dir / "candidates.csv", CANDIDATE_COLUMNS, rows)
     if comparison:
         _write_csv(out_dir / "baseline.csv", list(comparison[0]), comparison)

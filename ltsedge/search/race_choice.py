@@ -10,19 +10,11 @@ from ltsedge.runners.racing import Race
 from ltsedge.search.pareto import pareto_front
 
 
-def objective_ratio(measurement: dict, objective: str) -> float | None:
-    """The objective's latency as a ratio to the reference (None for a figure without one)."""
-    workloads = measurement.get("workloads") or {}
-    if objective in workloads:
-        return workloads[objective].get("latency_ratio")
-    return measurement.get("latency_ratio")
-
-
 def race_for(params: int, candidates: list, objective: str, budgets, tolerance: float,
              calibration_ms: float) -> Race:
     front = []
     for c in pareto_front(candidates, budgets):
-        ratio = objective_ratio(c.measurement, objective)
+        ratio = c.measurement.ratio(objective)
         if ratio is not None and c.memory_mb is not None:
             front.append((c.params.decoder_params, ratio, c.memory_mb))
     max_ratio = budgets.max_latency_ms / calibration_ms if budgets.max_latency_ms is not None else None

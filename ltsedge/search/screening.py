@@ -18,9 +18,9 @@ import hashlib
 from dataclasses import dataclass
 
 from ltsedge.costmodel import CostModel, Estimate
+from ltsedge.runners.measurement import Measurement
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.pareto import pareto_front
-from ltsedge.search.race_choice import objective_ratio
 
 MEASURE_MODES = ("front", "all")
 AUDIT_SHARE = 0.05
@@ -79,7 +79,7 @@ class Screen:
         """The measured front as (decoder parameters, objective ratio, peak MB)."""
         points = []
         for c in pareto_front(measured, self.budgets):
-            front_ratio = objective_ratio(c.measurement, self.objective)
+            front_ratio = c.measurement.ratio(self.objective)
             if front_ratio is not None and c.memory_mb is not None:
                 points.append((c.params.decoder_params, front_ratio, c.memory_mb))
         return points
@@ -116,7 +116,7 @@ def plan(verdicts: dict, share_left: int) -> list[str]:
     return free + ranked[:max(share_left, 0)]
 
 
-def predicted_measurement(estimate: Estimate, objective: str, variant: str, calibration_ms: float) -> dict:
+def predicted_measurement(estimate: Estimate, objective: str, variant: str, calibration_ms: float) -> Measurement:
     """A candidate's predicted figures in the shape of a measurement, marked ``predicted``: ratios
     and intervals per workload, milliseconds through the run's calibration, memory with its interval."""
     workloads = {}
@@ -124,15 +124,13 @@ def predicted_measurement(estimate: Estimate, objective: str, variant: str, cali
         workloads[name] = {"latency_ratio": p.value, "latency_ms": p.value * calibration_ms,
                            "latency_low_ms": p.low * calibration_ms, "latency_high_ms": p.high * calibration_ms}
     primary = "decode" if variant == "generate" else "forward"
-    out = {"ok": True, "predicted": True, "extrapolated": estimate.extrapolated, "calibration_ms": calibration_ms,
-           "workload": primary, **workloads[primary],
-           "peak_memory_mb": estimate.memory_mb.value, "memory_low_mb": estimate.memory_mb.low,
-           "memory_high_mb": estimate.memory_mb.high}
+    generation = {}
     if variant == "generate":
-        out["workloads"] = workloads
-        out["prefill_latency_ms"] = workloads["prefill"]["latency_ms"]
-        out["decode_latency_ms"] = workloads["decode"]["latency_ms"]
-    return out
+        generation = dict(workloads=workloads, prefill_latency_ms=workloads["prefill"]["latency_ms"],
+                          decode_latency_ms=workloads["decode"]["latency_ms"])
+    return Measurement(ok=True, predicted=True, extrapolated=estimate.extrapolated, calibration_ms=calibration_ms,
+                       workload=primary, **workloads[primary], peak_memory_mb=estimate.memory_mb.value,
+                       memory_low_mb=estimate.memory_mb.low, memory_high_mb=estimate.memory_mb.high, **generation)
 
 
 def prediction_record(estimate: Estimate) -> dict:
@@ -154,7 +152,7 @@ def screening_summary(evaluator) -> dict:
         errors, inside = [], 0
         for c in checked:
             p = c.prediction.get(target)
-            actual = c.memory_mb if target == "memory_mb" else objective_ratio(c.measurement, evaluator.objective)
+            actual = c.memory_mb if target == "memory_mb" else c.measurement.ratio(evaluator.objective)
             if not p or actual is None or not p["value"]:
                 continue
             errors.append(abs(actual / p["value"] - 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ltsedge.runners.measurement import Measurement
 from ltsedge.search.loop import SearchResult
 
 MAX_ROWS = 12  # the summary fits one screen; frontier.csv has every model
@@ -17,11 +18,10 @@ def _spread(items: list, n: int) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
-def _p90(measurement: dict, objective: str) -> float:
+def _p90(measurement: Measurement, objective: str) -> float:
     """The 90th percentile of the objective's runs (a generate model's prefill has its own)."""
-    if objective == "prefill":
-        return (measurement.get("workloads") or {}).get("prefill", {}).get("latency_p90_ms", float("nan"))
-    return measurement["latency_p90_ms"]
+    p90 = measurement.figures(objective).get("latency_p90_ms")
+    return float("nan") if p90 is None else p90
 
 
 def print_summary(result: SearchResult, console: Console | None = None) -> None:
@@ -59,7 +59,7 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
     for p in _spread(result.frontier, MAX_ROWS):
         c, m = p.candidate, p.candidate.measurement
         table.add_row(c.arch.id, f"{c.params.decoder_params / 1e6:.2f}M",
-                      f"{c.latency_ms:.3g} ({_p90(m, objective):.3g})", f"{m['peak_memory_mb']:.3g}",
+                      f"{c.latency_ms:.3g} ({_p90(m, objective):.3g})", f"{m.peak_memory_mb:.3g}",
                       f"{c.arch.n_layer} x {c.arch.d_model}")
     console.print(table)
     if len(result.frontier) > MAX_ROWS:
