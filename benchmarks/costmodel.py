@@ -46,6 +46,7 @@ from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
+from ltsedge.runners.policy import pinned_calibration
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.frontier import remeasure
 from ltsedge.search.loop import SearchRun
@@ -84,13 +85,14 @@ def accuracy(tmp: Path, samples: int, careful: bool = True) -> None:
     loo = CostModel(found, profile, variant).accuracy()
     print("leave-one-out on all: " + ", ".join(f"{t} median {a['median_error']:.1%}" for t, a in loo.items()))
     if careful:
-        against_careful(tmp, model, held, profile, variant)
+        against_careful(tmp, store_path, model, held, profile, variant)
 
 
-def against_careful(tmp: Path, model: CostModel, held: list, profile, variant: str) -> None:
+def against_careful(tmp: Path, store_path: Path, model: CostModel, held: list, profile, variant: str) -> None:
     """The held-out architectures measured again, every workload timed to the profile's policy (a
     search's samples time the non-objective workload coarsely): the predictions against these careful
-    figures, and how far the samples' own figures are from them (the floor a fit on such samples has)."""
+    figures, and how far the samples' own figures are from them (the floor a fit on such samples has).
+    In the machine's pinned scale (the store's), as the samples were measured."""
     paths = []
     for arch, _ in held:
         path = tmp / "careful" / f"{arch.id}.onnx"
@@ -99,7 +101,8 @@ def against_careful(tmp: Path, model: CostModel, held: list, profile, variant: s
                      ).save_files(path, digest=False)
         paths.append(path)
     started = time.perf_counter()
-    with Runner(profile, log=lambda m: None) as runner:
+    with Runner(profile, log=lambda m: None) as runner, MeasurementStore(store_path) as store:
+        runner.use_pinned(pinned_calibration(store, runner))
         careful = runner.measure_many(paths)
     print(f"the {len(held)} held out measured again, every workload to the profile's policy "
           f"({time.perf_counter() - started:.0f} s):")

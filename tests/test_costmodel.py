@@ -466,3 +466,29 @@ def test_settling_judges_a_prediction_by_the_low_end_of_its_interval(tmp_path, m
         evaluator._record(candidate(hopeless, 2.6, 25.0, (0.9, 1.1)))  # even its low ends (2.34, 24.5 MB) are behind
         evaluator.settle_front(limit=10)
         assert measured == [reaching.id]
+
+
+def test_costmodel_measures_in_the_machine_s_pinned_scale_as_a_search_does(tmp_path):
+    """`ltsedge costmodel`'s samples and a search's teach one model: both must be in the pinned scale
+    (a decode ratio's unit is the pin's compute/bandwidth scale; a run's own moved ~20% between runs)."""
+    from ltsedge.costmodel.api import Setting, build
+    from ltsedge.keys import calibration_key
+    from ltsedge.runners.policy import PinnedCalibration
+
+    class PinnedLinear(LinearMachine):
+        pinned_with = []
+
+        def measure_pinned(self):
+            return PinnedCalibration.from_windows([[1.0, 1.01]] * 5, "now", [[0.5, 0.51]] * 5)
+
+        def use_pinned(self, pinned):
+            PinnedLinear.pinned_with.append(pinned)
+
+    store_path = tmp_path / "s.sqlite"
+    build(Setting(preset="smoke"), samples=MIN_SAMPLES, store_path=store_path, log=lambda m: None,
+          runner_factory=PinnedLinear)
+    assert len(PinnedLinear.pinned_with) == 1
+    profile = get_preset("smoke").apply(load_profile("cpu"))
+    with MeasurementStore(store_path) as store:  # pinned once, kept for every later run on this machine
+        stored = store.get_calibration(*calibration_key(PinnedLinear(profile).fingerprint(), profile))
+    assert PinnedCalibration.from_dict(stored) == PinnedLinear.pinned_with[0]

@@ -86,9 +86,12 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
           log: Callable[[str], None] = print, runner_factory=None) -> dict:
     """Measure ``samples`` architectures sampled uniformly from the setting's space (those the store
     already holds are not measured again), then report the cost model they make and its held-out
-    accuracy."""
+    accuracy. Measured in the machine's pinned scale, as a search measures: the decode ratio's unit
+    (the bandwidth reference through the compute/bandwidth scale) is the pin's, so these samples and a
+    search's teach one model in one unit (a run's own scale moved it ~20% between two runs here)."""
     from ltsedge.exporters.options import ExportOptions
     from ltsedge.runners import Runner
+    from ltsedge.runners.policy import pinned_calibration
     from ltsedge.search.budgets import Budgets
     from ltsedge.search.evaluate import CandidateEvaluator
     from ltsedge.search.presets import get_preset
@@ -101,6 +104,8 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     archs = space.sample(samples, seed=seed)
     with MeasurementStore(store_path) as store, (runner_factory or Runner)(profile, log=log) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-costmodel-") as scratch:
+        if hasattr(runner, "use_pinned"):  # a fleet's agents pin their own
+            runner.use_pinned(pinned_calibration(store, runner, log=log))
         export = ExportOptions(variant=variant, target_ort=setting.target_ort or profile.target_ort)
         evaluator = CandidateEvaluator(profile, runner, store, Path(scratch), Budgets(), export=export,
                                        objective=objective)
