@@ -301,3 +301,27 @@ def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
         big, count_params(big), Measurement(ok=True, latency_ms=1.0), "final", 1)])
     assert [(a.d_embed, a.div_val) for a in matched[:4]] == [(256, 4)] * 4  # its match: big, >= their parameters
     assert [(a.d_embed, a.div_val) for a in matched[4:]] == [(256, 4)] * 12  # no match: the front's largest
+
+
+def test_progress_after_the_last_generation_keeps_a_full_bar_and_no_negative_eta():
+    """Settling measures candidates after the last generation: the bar must not run past its total nor
+    the ETA below zero (a 100 x 30 search showed "ETA -1:59:01" while settling)."""
+    import io
+
+    from rich.console import Console
+
+    from ltsedge.search.progress import SearchProgress
+
+    progress = SearchProgress(2, 3, console=Console(file=io.StringIO(), width=200))
+    for _ in range(3):
+        progress.candidate_done()
+    progress.generation_done(1, {"front_size": 2, "hypervolume": 0.1})
+    assert progress.progress.tasks[0].fields["eta"] != "?" and not progress.progress.tasks[0].fields["eta"].startswith("-")
+    for _ in range(3):
+        progress.candidate_done()
+    progress.generation_done(2, {"front_size": 3, "hypervolume": 0.2})
+    for _ in range(5):  # settling
+        progress.candidate_done()
+    task = progress.progress.tasks[0]
+    assert task.completed == task.total == 6
+    assert task.fields["eta"] == "-" and task.fields["phase"] == "settling the front"

@@ -46,7 +46,9 @@ class SearchProgress:
         self.progress.update(self.task, completed=min(evaluated, generation * self.population))
 
     def candidate_done(self) -> None:
-        self.progress.advance(self.task)
+        # After the last generation the evaluator still measures (settling the front): the bar is full.
+        if self.progress.tasks[0].completed < (self.progress.tasks[0].total or 0):
+            self.progress.advance(self.task)
         self._refresh()
 
     def generation_done(self, generation: int, record: dict) -> None:
@@ -62,8 +64,10 @@ class SearchProgress:
         done = self.progress.tasks[0].completed
         total = self.progress.tasks[0].total or 1
         elapsed = time.time() - self.started
-        eta = "?" if done == 0 else _clock(elapsed / done * (total - done))
+        eta = "?" if done == 0 else _clock(elapsed / done * max(total - done, 0))
         phase = f"gen {min(self.generation + 1, self.total_generations)}/{self.total_generations}"
+        if self.generation >= self.total_generations:
+            phase, eta = "settling the front", "-"  # then publishing: no per-candidate clock to extrapolate
         self.progress.update(self.task, phase=phase, eta=eta,
                              status=f"{counts} · front {self.front_size} · HV {self.hypervolume:.3f}")
         self.progress.refresh()
