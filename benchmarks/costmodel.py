@@ -71,21 +71,32 @@ def accuracy(tmp: Path, samples: int, careful: bool = True) -> None:
     print("| figure | Spearman | median error | 90th pct error | inside the 90% interval |")
     print("|---|---|---|---|---|")
     for target in ("prefill", "decode", MEMORY):
-        truth, predicted, inside = [], [], 0
-        for arch, m in held:
-            estimate = model.predict(arch)
-            p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
-            actual = m.peak_memory_mb if target == MEMORY else m.ratio(target)
-            truth.append(actual)
-            predicted.append(p.value)
-            inside += p.low <= actual <= p.high
-        errors = np.abs(np.array(truth) / np.array(predicted) - 1)
+        truth, predicted, inside = judged(model, held, target)
+        errors = np.abs(truth / predicted - 1)
         print(f"| {target} | {spearmanr(truth, predicted)[0]:.3f} | {np.median(errors):.1%} | "
               f"{np.quantile(errors, 0.9):.1%} | {inside}/{len(held)} |")
     loo = CostModel(found, profile, variant).accuracy()
     print("leave-one-out on all: " + ", ".join(f"{t} median {a['median_error']:.1%}" for t, a in loo.items()))
     if careful:
         against_careful(tmp, store_path, model, held, profile, variant)
+
+
+def figure(m, target: str) -> float | None:
+    return m.peak_memory_mb if target == MEMORY else m.ratio(target)
+
+
+def judged(model: CostModel, pairs: list, target: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Over (Architecture, Measurement) pairs: the measured figures of ``target``, the model's predictions
+    of them, and how many fell inside the predicted interval."""
+    truth, predicted, inside = [], [], 0
+    for arch, m in pairs:
+        estimate = model.predict(arch)
+        p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
+        actual = figure(m, target)
+        truth.append(actual)
+        predicted.append(p.value)
+        inside += p.low <= actual <= p.high
+    return np.array(truth), np.array(predicted), inside
 
 
 def against_careful(tmp: Path, store_path: Path, model: CostModel, held: list, profile, variant: str) -> None:
@@ -110,20 +121,10 @@ def against_careful(tmp: Path, store_path: Path, model: CostModel, held: list, p
           "| the sample's own figure vs careful: median difference |")
     print("|---|---|---|---|---|")
     for target in ("prefill", "decode", MEMORY):
-        truth, predicted, sampled, inside = [], [], [], 0
-        for (arch, m), again in zip(held, careful):
-            actual = again.peak_memory_mb if target == MEMORY else again.ratio(target)
-            if not again.ok or actual is None:
-                continue
-            estimate = model.predict(arch)
-            p = estimate.memory_mb if target == MEMORY else estimate.ratios[target]
-            truth.append(actual)
-            predicted.append(p.value)
-            sampled.append(m.peak_memory_mb if target == MEMORY else m.ratio(target))
-            inside += p.low <= actual <= p.high
-        truth = np.array(truth)
-        errors = np.abs(truth / np.array(predicted) - 1)
-        spread = np.abs(np.array(sampled) / truth - 1)
+        kept = [(h, again) for h, again in zip(held, careful) if again.ok and figure(again, target) is not None]
+        truth, predicted, inside = judged(model, [(arch, again) for (arch, _), again in kept], target)
+        errors = np.abs(truth / predicted - 1)
+        spread = np.abs(np.array([figure(m, target) for (_, m), _ in kept]) / truth - 1)
         print(f"| {target} | {spearmanr(truth, predicted)[0]:.3f} | {np.median(errors):.1%} | "
               f"{inside}/{len(truth)} | {np.median(spread):.1%} |")
 
