@@ -26,6 +26,7 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.proxy import count_params
 from ltsedge.runners import Measurement, MeasuringRunner
+from ltsedge.runners.measurement import complete
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate, EvaluationStats
 from ltsedge.search.checkpoint import CandidateLog
@@ -250,7 +251,7 @@ class CandidateEvaluator:
         first estimate, or a coarse one, never replaces a complete figure)."""
         if not measurement.complete:
             full = self.store.get(*self.store_key(arch), include_failures=False)
-            if full is not None and Measurement.from_record(full).complete:
+            if full is not None and complete(full):
                 return
         self.stats.load_seconds += measurement.load_seconds
         self.stats.inference_seconds += measurement.inference_seconds
