@@ -67,12 +67,15 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     cost.remeasure_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     doubtful = undecided(fresh, settings.budgets, settings.objective)
     cost.strict = len(doubtful)
-    with runner_factory(strict(profile), log=log) as runner:
-        again = {p.candidate.arch.id: p for p in remeasure([p for p in fresh if p.candidate.arch.id in doubtful],
-                                                           runner, settings.objective, "strict", log=log)}
+    again = {}
+    if doubtful:  # no strict runner (and no strict time) when every verdict was decided
+        with runner_factory(strict(profile), log=log) as runner:
+            again = {p.candidate.arch.id: p for p in remeasure([p for p in fresh if p.candidate.arch.id in doubtful],
+                                                               runner, settings.objective, "strict", log=log)}
+    cost.strict_seconds = time.perf_counter() - clock if doubtful else 0.0
     final = [again.get(p.candidate.arch.id, p) for p in fresh]
     published = keep_front(final, outdir, settings.budgets)
-    cost.strict_seconds, clock = time.perf_counter() - clock, time.perf_counter()
+    clock = time.perf_counter()
     baseline: list[Candidate] = []
     if with_baseline and settings.baseline is not None:
         with runner_factory(profile, log=log) as runner:
