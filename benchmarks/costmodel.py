@@ -22,8 +22,12 @@ decode figures move ~6-18% between runs, more than the difference being measured
 docs/benchmarks.md projects a 100 x 30 search's cost, with and without the cost model, from these
 per-candidate costs and measured shares.
 
+With ``--repeat-all`` part 2 also runs ``--measure all`` a second time (same seed, its own fresh store)
+and judges it side by side the same way: how far measuring everything twice lands from itself, the floor
+under which a per-seed ratio of ``front`` to ``all`` says nothing about the cost model.
+
     python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--no-careful] [--population 40] [--generations 10]
-                                   [--seeds 0 1 2] [--search-timing coarse|profile]
+                                   [--seeds 0 1 2] [--search-timing coarse|profile] [--repeat-all]
 """
 
 from __future__ import annotations
@@ -158,32 +162,37 @@ def side_by_side(results: list, settings, profile) -> list[list]:
     return [[fresh[p.candidate.arch.id] for p in r.frontier] for r in results]
 
 
-def quality(tmp: Path, seeds: list[int], population: int, generations: int, timing: str) -> list[dict]:
+def quality(tmp: Path, seeds: list[int], population: int, generations: int, timing: str,
+            repeat_all: bool = False) -> list[dict]:
     # Each mode publishes its whole front (resolution 0): the comparison is of the searches, not of thinning.
     print(f"--measure front vs --measure all: quick space, sequence 64, decode, population {population}, "
           f"{generations} generations, --search-timing {timing}, whole fronts published")
+    modes = ("front", "all", "all again") if repeat_all else ("front", "all")
     print("| seed | hypervolume side by side, front / all | as published, front / all | "
-          "measured front / all (of evaluated) | wall s front / all | front models |")
-    print("|---|---|---|---|---|---|")
+          "measured front / all (of evaluated) | wall s front / all | front models |"
+          + (" all again / all, side by side |" if repeat_all else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if repeat_all else ""))
     rows = []
     for seed in seeds:
         runs = {}
-        for mode in ("front", "all"):
-            options = SearchOptions(preset="quick", out=tmp / f"{mode}-{seed}", population=population,
-                                    generations=generations, seed=seed, baseline=False, quiet=True, measure=mode,
-                                    resolution=0, search_timing=timing,
-                                    store_path=tmp / f"{mode}-{seed}.sqlite")
+        for mode in modes:
+            name = mode.replace(" ", "-")
+            options = SearchOptions(preset="quick", out=tmp / f"{name}-{seed}", population=population,
+                                    generations=generations, seed=seed, baseline=False, quiet=True,
+                                    measure=mode.split()[0], resolution=0, search_timing=timing,
+                                    store_path=tmp / f"{name}-{seed}.sqlite")
             settings, profile = resolve(options)
             started = time.perf_counter()
             with MeasurementStore(options.store_path) as store:
                 result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
             runs[mode] = (result, time.perf_counter() - started)
-        results = [runs["front"][0], runs["all"][0]]
+        results = [runs[m][0] for m in modes]
         hv = front_hypervolume([[p.candidate for p in r.frontier] for r in results], "decode")
         clock = time.perf_counter()
         joint = front_hypervolume(side_by_side(results, settings, profile), "decode")
         joint_seconds = time.perf_counter() - clock
         share = {m: runs[m][0].summary["cost_model"] for m in runs}
+        again = f" {joint[2]:.4f} / {joint[1]:.4f} = **{joint[2] / joint[1]:.1%}** |" if repeat_all else ""
         rows.append({"seed": seed, "hv": hv, "joint": joint, "share": share, "wall": {m: runs[m][1] for m in runs},
                      "publish": {m: runs[m][0].summary["publish_seconds"] for m in runs},
                      "evaluate": {m: runs[m][0].summary["evaluation"]["evaluate_seconds"] for m in runs}})
@@ -192,7 +201,8 @@ def quality(tmp: Path, seeds: list[int], population: int, generations: int, timi
               f"{share['front']['measured']}/{share['front']['evaluated']} / "
               f"{share['all']['measured']}/{share['all']['evaluated']} | "
               f"{runs['front'][1]:.0f} / {runs['all'][1]:.0f} | "
-              f"{len(results[0].frontier)} / {len(results[1].frontier)} (re-measured in {joint_seconds:.0f} s) |",
+              f"{len(results[0].frontier)} / {len(results[1].frontier)} (re-measured in {joint_seconds:.0f} s) |"
+              + again,
               flush=True)
         model = share["front"]
         if "decode" in model:
@@ -212,12 +222,15 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--search-timing", choices=["coarse", "profile"], default="coarse")
+    parser.add_argument("--repeat-all", action="store_true",
+                        help="part 2: run --measure all twice per seed and judge the two side by side too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltsedge-bench-") as tmp:
         if args.part in ("1", "all"):
             accuracy(Path(tmp), args.samples, careful=not args.no_careful)
         if args.part in ("2", "all"):
-            quality(Path(tmp), args.seeds, args.population, args.generations, args.search_timing)
+            quality(Path(tmp), args.seeds, args.population, args.generations, args.search_timing,
+                    repeat_all=args.repeat_all)
 
 
 if __name__ == "__main__":
