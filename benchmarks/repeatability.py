@@ -12,9 +12,15 @@ Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 
 
 ``--load`` measures the second run under a competing load the benchmark starts itself (the neighbour of
 ``reference_choice.py``: compute, memory streaming or idle at random, 0.3-2 s each), so the pair says
-how a figure taken on a quiet machine compares with one taken on a busy one.
+how a figure taken on a quiet machine compares with one taken on a busy one. ``--conditions quiet quiet
+loaded`` runs any sequence of quiet and loaded runs (alternating order) and compares each with the first.
+
+``--estimators`` keeps every workload's paired samples and judges, on the same samples, other ways of
+turning them into one ratio (the median of the per-pair ratios is what ltsedge reports): which of them
+repeats between a quiet and a loaded run without losing what it has between two quiet ones.
 
     python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
+                                       [--conditions quiet quiet loaded] [--estimators]
 """
 
 from __future__ import annotations
@@ -53,15 +59,47 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def measure_all(archs, profile, tmp: Path, order, variant: str = "forward", pinned=None) -> dict:
+class SampleKeepingRunner(Runner):
+    """A runner that keeps the paired samples of the last model it measured (``samples``)."""
+
+    samples: dict = {}
+
+    def _to_measurement(self, reply):
+        self.samples = {name: (w["model_ms"], w["reference_ms"]) for name, w in (reply.get("workloads") or {}).items()}
+        return super()._to_measurement(reply)
+
+
+def _quietest(m, r, share):
+    """The per-pair ratios of the ``share`` of pairs whose reference sample was fastest."""
+    order = np.argsort(r)[:max(3, round(share * len(r)))]
+    return m[order] / r[order]
+
+
+# Ways of turning one workload's paired samples (model ms, reference ms) into a ratio.
+ESTIMATORS = {
+    "median of ratios (reported)": lambda m, r: np.median(m / r),
+    "median of the quietest half by reference": lambda m, r: np.median(_quietest(m, r, 0.5)),
+    "median of the quietest third by reference": lambda m, r: np.median(_quietest(m, r, 1 / 3)),
+    "q25 of ratios": lambda m, r: np.quantile(m / r, 0.25),
+    "q25(model) / q25(reference)": lambda m, r: np.quantile(m, 0.25) / np.quantile(r, 0.25),
+    "q10(model) / q10(reference)": lambda m, r: np.quantile(m, 0.10) / np.quantile(r, 0.10),
+    "min(model) / min(reference)": lambda m, r: m.min() / r.min(),
+    "median(model) / median(reference)": lambda m, r: np.median(m) / np.median(r),
+}
+
+
+def measure_all(archs, profile, tmp: Path, order, variant: str = "forward", pinned=None,
+                samples: dict | None = None) -> dict:
     out = {}
-    with Runner(profile, log=lambda m: print("   ", m), pinned=pinned) as runner:
+    with SampleKeepingRunner(profile, log=lambda m: print("   ", m), pinned=pinned) as runner:
         for i in order:
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)
             m = runner.measure(path)
             path.unlink()
             out[i] = m
+            if samples is not None:
+                samples[i] = {k: (np.array(a), np.array(b)) for k, (a, b) in runner.samples.items()}
             status = f"{m.latency_ms:8.1f} ms {m.peak_memory_mb:7.1f} MB" if m.ok else m.error
             print(f"  {archs[i].id:<28} {status}", flush=True)
     return out
@@ -74,7 +112,12 @@ def main() -> None:
     parser.add_argument("--sequence", type=int, default=None)
     parser.add_argument("--variant", choices=("forward", "generate"), default="forward")
     parser.add_argument("--load", action="store_true", help="measure the second run under a competing load")
+    parser.add_argument("--conditions", nargs="+", choices=("quiet", "loaded"),
+                        help="the runs, in order (default: quiet quiet, or quiet loaded with --load)")
+    parser.add_argument("--estimators", action="store_true",
+                        help="also judge other estimators of a ratio on the same paired samples")
     args = parser.parse_args()
+    conditions = args.conditions or ["quiet", "loaded" if args.load else "quiet"]
     profile = load_profile(args.device)
     if args.sequence:
         profile = profile.replace(sequence=args.sequence)
@@ -86,25 +129,34 @@ def main() -> None:
         with Runner(profile) as runner:
             pinned = runner.measure_pinned()
         print(f"pinned: compute reference {pinned.reference_ms:.3f} ms, bandwidth reference {pinned.bandwidth_ms:.3f} ms")
-        print("run 1")
-        first = measure_all(archs, profile, Path(tmp), range(len(archs)), args.variant, pinned)
-        print("run 2 (reverse order, new worker" + (", under a competing load)" if args.load else ")"))
-        stop = mp.Event()
-        neighbour = mp.Process(target=load, args=(stop, 0), daemon=True) if args.load else None
-        if neighbour:
-            neighbour.start()
-        try:
-            second = measure_all(archs, profile, Path(tmp), reversed(range(len(archs))), args.variant, pinned)
-        finally:
-            stop.set()
+        runs, kept = [], []
+        for k, condition in enumerate(conditions):
+            order = range(len(archs)) if k % 2 == 0 else reversed(range(len(archs)))
+            print(f"run {k + 1} ({'reverse order, ' if k % 2 else ''}new worker, {condition})")
+            kept.append({} if args.estimators else None)
+            stop = mp.Event()
+            neighbour = mp.Process(target=load, args=(stop, 0), daemon=True) if condition == "loaded" else None
             if neighbour:
-                neighbour.join(timeout=10)
+                neighbour.start()
+            try:
+                runs.append(measure_all(archs, profile, Path(tmp), order, args.variant, pinned, kept[-1]))
+            finally:
+                stop.set()
+                if neighbour:
+                    neighbour.join(timeout=10)
+    print(f"\n{time.time() - started:.0f} s; {profile.name}, sequence {profile.sequence}; runs: {', '.join(conditions)}")
+    for k in range(1, len(runs)):
+        print(f"\nrun 1 ({conditions[0]}) against run {k + 1} ({conditions[k]}):")
+        compare(archs, runs[0], runs[k], args.variant, kept[0], kept[k])
+
+
+def compare(archs, first: dict, second: dict, variant: str, first_samples: dict | None,
+            second_samples: dict | None) -> None:
     ok = [i for i in range(len(archs)) if first[i].ok and second[i].ok]
-    print(f"\n{len(ok)} of {len(archs)} models measured in both runs; {time.time() - started:.0f} s; "
-          f"{profile.name}, sequence {profile.sequence}")
+    print(f"{len(ok)} of {len(archs)} models measured in both runs")
     rows = (("latency, raw", lambda m: m.uncalibrated_latency_ms), ("latency ratio", lambda m: m.latency_ratio),
             ("latency ms", lambda m: m.latency_ms), ("peak memory", lambda m: m.peak_memory_mb))
-    if args.variant == "generate":  # latency above is the decode step's; the prompt's prefill beside it
+    if variant == "generate":  # latency above is the decode step's; the prompt's prefill beside it
         rows += (("prefill ratio", lambda m: m.workloads["prefill"]["latency_ratio"]),
                  ("prefill ms", lambda m: m.workloads["prefill"]["latency_ms"]))
     for name, get in rows:
@@ -119,6 +171,16 @@ def main() -> None:
             within = sum(r <= 0.02 or d <= 2.0 for r, d in zip(rel, absolute))
             line += f"  within 2% or 2 MB: {within}/{len(ok)}"
         print(line)
+    if first_samples is None:
+        return
+    print("| workload | estimator | Spearman | median rel. diff | max |")
+    print("|---|---|---|---|---|")
+    for workload in first_samples[ok[0]]:
+        for name, estimate in ESTIMATORS.items():
+            a = [estimate(*first_samples[i][workload]) for i in ok if workload in first_samples[i]]
+            b = [estimate(*second_samples[i][workload]) for i in ok if workload in first_samples[i]]
+            rel = [abs(x - y) / ((x + y) / 2) for x, y in zip(a, b)]
+            print(f"| {workload} | {name} | {spearman(a, b):.3f} | {statistics.median(rel):.2%} | {max(rel):.2%} |")
 
 
 if __name__ == "__main__":
