@@ -246,6 +246,7 @@ def test_a_decode_step_is_timed_beside_the_bandwidth_reference_in_one_unit_with_
     assert m.ok and run.bandwidth_ms > 0 and runner.bandwidth_scale() == 0.25
     decode, prefill = m.workloads["decode"], m.workloads["prefill"]
     assert (decode["reference"], prefill["reference"]) == ("bandwidth", "compute")
+    assert decode["reference_scale"] == 0.25 and "reference_scale" not in prefill  # its unit, kept with it
     # The decode step's reference samples were recorded x 0.25; its ratio is to them, its ms through the
     # pinned compute reference: ratio x 1.0 = its own time / (bandwidth reference time / 4).
     assert decode["latency_ms"] == pytest.approx(decode["latency_ratio"] * 1.0)

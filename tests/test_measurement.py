@@ -51,6 +51,23 @@ def test_rescaled_moves_every_millisecond_by_the_calibrations_and_keeps_the_rati
     assert failure.rescaled(3.0) is failure
 
 
+def test_a_decode_figure_of_an_earlier_pin_is_converted_to_the_machine_s_new_compute_bandwidth_scale():
+    decode = {**DECODE, "reference": "bandwidth", "reference_scale": 0.5}
+    m = generate_measurement(workloads={"decode": decode, "prefill": {**PREFILL, "reference": "compute"}})
+    # Reference samples recorded x 0.5 then, x 0.25 now: each ratio to them doubles.
+    r = m.rescaled(2.0, bandwidth_scale=0.25)
+    assert r.ratio("decode") == pytest.approx(4.0) and r.latency_ratio == pytest.approx(4.0)
+    assert (r.latency_ms, r.latency_high_ms, r.decode_latency_ms) == pytest.approx((8.0, 8.4, 8.0))
+    assert r.workloads["decode"]["reference_scale"] == 0.25
+    assert r.ratio("prefill") == 10.0 and r.prefill_latency_ms == 20.0  # timed beside the compute reference
+    both = m.rescaled(3.0, bandwidth_scale=0.25)  # and a slower machine's milliseconds
+    assert both.decode_latency_ms == pytest.approx(12.0) and both.prefill_latency_ms == pytest.approx(30.0)
+    assert m.rescaled(2.0, bandwidth_scale=0.5) is m  # the same pin: nothing to do
+    # Recorded by an older version, without its scale: its unit is unknown, so it is kept as it is.
+    old = generate_measurement(workloads={"decode": {**DECODE, "reference": "bandwidth"}, "prefill": dict(PREFILL)})
+    assert old.rescaled(2.0, bandwidth_scale=0.25).ratio("decode") == 2.0
+
+
 def test_a_record_of_another_version_is_read_leniently_a_peer_s_reply_strictly():
     record = {**generate_measurement().to_dict(), "a_field_of_a_later_version": 1}
     assert Measurement.from_record(record).ratio("decode") == 2.0

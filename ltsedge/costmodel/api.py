@@ -21,6 +21,7 @@ from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
+from ltsedge.runners.policy import stored_pin
 from ltsedge.store import MeasurementStore
 
 DEFAULT_SAMPLES = 40
@@ -64,8 +65,11 @@ def predict(arch: Architecture, setting: Setting, store_path: Path | None = None
         setting = Setting(setting.device, setting.preset, arch.backbone, setting.variant, setting.target_ort)
         profile, backbone, variant = setting.resolve()
     target = target_for(setting.target_ort or profile.target_ort)
+    fingerprint = machine_fingerprint(profile)
     with MeasurementStore(store_path) as store:
-        samples = load_samples(store, arch, machine_fingerprint(profile), profile, target, variant)
+        pinned = stored_pin(store, fingerprint, profile)  # decode ratios in the machine's current unit
+        samples = load_samples(store, arch, fingerprint, profile, target, variant,
+                               bandwidth_scale=pinned.calibration.bandwidth_scale if pinned else None)
     model = CostModel(samples, profile, variant)
     if not model.ready:
         raise LtsedgeError(f"no cost model for this machine and these settings ({len(model.samples)} measured "
@@ -113,7 +117,8 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
             evaluator.evaluate(archs[i : i + 5], generation=0)
             log(f"{min(i + 5, len(archs))}/{len(archs)} architectures measured or found in the store")
         target = target_for(setting.target_ort or profile.target_ort)
-        found = load_samples(store, archs[0], runner.fingerprint(), profile, target, variant)
+        found = load_samples(store, archs[0], runner.fingerprint(), profile, target, variant,
+                             bandwidth_scale=runner.calibrate().bandwidth_scale)
     model = CostModel(found, profile, variant)
     failed = sum(not c.ok for c in evaluator.candidates())
     return {"samples": len(model.samples), "failed": failed, "variant": variant, "ready": model.ready,

@@ -42,11 +42,13 @@ def policies(profile) -> tuple:
 
 
 def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                 precision: str = "fp32", quantization=None) -> list[tuple]:
+                 precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None) -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
     export target, variant and precision, machine, settings, onnxruntime) at any of the profile's
     ``policies``: the candidates a search exports with ``ExportOptions(variant, target.runtime,
-    precision)``, keyed by it. One sample per architecture: the most precise of its figures."""
+    precision)``, keyed by it. One sample per architecture: the most precise of its figures. Decode
+    ratios in the unit of ``bandwidth_scale`` (the machine's pin) where given: figures stored under an
+    earlier pin are converted (``Measurement.rescaled``)."""
     options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision, quantization=quantization)
     model_key = options.model_key(like)
     found: dict[str, tuple] = {}
@@ -58,11 +60,12 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
                 arch = Architecture.from_dict(arch)
             except LtsedgeError:
                 continue  # an architecture this version no longer accepts: not a sample
-            found.setdefault(arch.id, (arch, Measurement.from_record(measurement)))
+            measurement = Measurement.from_record(measurement)
+            found.setdefault(arch.id, (arch, measurement.rescaled(measurement.calibration_ms, bandwidth_scale)))
     return list(found.values())
 
 
 def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                    precision: str = "fp32", quantization=None) -> CostModel:
-    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision, quantization),
-                     profile, variant)
+                    precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None) -> CostModel:
+    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision, quantization,
+                                  bandwidth_scale), profile, variant)

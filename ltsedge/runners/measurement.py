@@ -51,7 +51,7 @@ class Measurement:
     prefill_latency_ms: float | None = None
     decode_latency_ms: float | None = None
     kv_cache_mb: float | None = None
-    workloads: dict | None = None  # per workload: median, p90, min, cv, runs, converged
+    workloads: dict | None = None  # per workload: median, p90, min, cv, runs, converged, reference (+ its scale)
     # Memory (MB = 2**20 bytes): peak RSS while loading and running, over the worker's RSS before
     # loading; the initializers' total size; GPU memory on CUDA (None where unknown).
     peak_memory_mb: float | None = None
@@ -120,21 +120,49 @@ class Measurement:
         timed coarsely as a raced search's non-objective workload (runners/racing.py)."""
         return not self.stopped_early and not any(w.get("coarse") for w in (self.workloads or {}).values())
 
-    def rescaled(self, calibration_ms: float) -> Measurement:
-        """This measurement in another run's milliseconds: its ratios times that run's calibration.
+    def rescaled(self, calibration_ms: float, bandwidth_scale: float | None = None) -> Measurement:
+        """This measurement in another run's units: milliseconds through that run's calibration and, given
+        its ``bandwidth_scale``, the ratios of workloads timed beside the bandwidth reference in that
+        scale's unit.
 
         Ratios to the reference travel between runs; milliseconds carry the calibration of the run that
-        took them. A figure without a calibration (a failure) is returned as it is."""
+        took them. A decode ratio's unit is also the compute/bandwidth scale its reference samples were
+        recorded in (runners/reference.py): a machine pinned again gets another scale, and a stored
+        decode figure is converted by the ratio of the two (one recorded without its scale, by an older
+        version, cannot be and is kept as it is). A failure is returned as it is."""
         old = self.calibration_ms
-        if not self.ok or not old or old == calibration_ms:
+        if not self.ok or not old:
+            return self
+        units = {name: _unit_change(w, bandwidth_scale) for name, w in (self.workloads or {}).items()}
+        if old == calibration_ms and all(u == 1.0 for u in units.values()):
             return self
         factor = calibration_ms / old
-        scaled = {k: getattr(self, k) * factor for k in (*LATENCY_FIELDS, "prefill_latency_ms", "decode_latency_ms")
-                  if getattr(self, k) is not None}
+        primary = units.get(self.workload, 1.0)
+        scaled = {k: getattr(self, k) * factor * units.get(k.split("_")[0], 1.0)
+                  for k in ("prefill_latency_ms", "decode_latency_ms") if getattr(self, k) is not None}
+        scaled.update({k: getattr(self, k) * factor * primary for k in LATENCY_FIELDS if getattr(self, k) is not None})
+        if self.latency_ratio is not None:
+            scaled["latency_ratio"] = self.latency_ratio * primary
         workloads = None if self.workloads is None else {
-            name: {**w, **{k: w[k] * factor for k in LATENCY_FIELDS if w.get(k) is not None}}
-            for name, w in self.workloads.items()}
+            name: _rescaled_workload(w, factor, units[name], bandwidth_scale) for name, w in self.workloads.items()}
         return dataclasses.replace(self, calibration_ms=calibration_ms, workloads=workloads, **scaled)
+
+
+def _unit_change(workload: dict, bandwidth_scale: float | None) -> float:
+    """The factor that takes a workload's ratio from the scale it was recorded in to ``bandwidth_scale``
+    (1 for a workload timed beside the compute reference, or one recorded without its scale)."""
+    recorded = workload.get("reference_scale")
+    if workload.get("reference") != "bandwidth" or not recorded or not bandwidth_scale:
+        return 1.0
+    return recorded / bandwidth_scale  # samples recorded x scale: the ratio goes as 1 / scale
+
+
+def _rescaled_workload(workload: dict, factor: float, unit: float, bandwidth_scale: float | None) -> dict:
+    out = {**workload, **{k: workload[k] * factor * unit for k in LATENCY_FIELDS if workload.get(k) is not None}}
+    if unit != 1.0:
+        out["latency_ratio"] = workload["latency_ratio"] * unit
+        out["reference_scale"] = bandwidth_scale
+    return out
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Measurement))
@@ -154,9 +182,11 @@ PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv"
                   "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
 
 
-def calibrated(samples: dict, calibration_ms: float) -> dict:
+def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | None = None) -> dict:
     """A workload's paired samples -> its figures: the median ratio to the reference, in ms through the
-    run's calibration, with the median's interval and the coverage it really has."""
+    run's calibration, with the median's interval and the coverage it really has. A workload timed
+    beside the bandwidth reference also records the scale its reference samples were recorded in
+    (``bandwidth_scale``), so its ratio can be converted when the machine is pinned again."""
     ratios = [m / r for m, r in zip(samples["model_ms"], samples["reference_ms"]) if r > 0]
     summary = stats.summarize(ratios)
     low, high, coverage = stats.interval_with_coverage(sorted(ratios))
@@ -168,4 +198,5 @@ def calibrated(samples: dict, calibration_ms: float) -> dict:
             "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
-            "coarse": samples.get("coarse", False), "reference": samples.get("reference", "compute")}
+            "coarse": samples.get("coarse", False), "reference": samples.get("reference", "compute"),
+            **({"reference_scale": bandwidth_scale} if samples.get("reference") == "bandwidth" else {})}

@@ -213,6 +213,18 @@ class DriftGuard:
         return beyond
 
 
+def stored_pin(store, fingerprint: dict, profile) -> PinnedCalibration | None:
+    """The machine's pinned calibration for the profile's runtime settings as the store keeps it (None:
+    none yet, or not readable), without measuring anything."""
+    from ltsedge.keys import calibration_key
+
+    stored = store.get_calibration(*calibration_key(fingerprint, profile))
+    try:
+        return None if stored is None else PinnedCalibration.from_dict(stored)
+    except ValueError:
+        return None
+
+
 def pinned_calibration(store, runner: Runner, *, redo: bool = False,
                        log: Callable[[str], None] | None = None) -> PinnedCalibration:
     """The machine's pinned calibration for the runner's runtime settings, from ``store``; measured (and
@@ -221,14 +233,9 @@ def pinned_calibration(store, runner: Runner, *, redo: bool = False,
 
     fingerprint = runner.fingerprint()
     key = calibration_key(fingerprint, runner.profile)
-    stored = None if redo else store.get_calibration(*key)
-    if stored is not None:
-        try:
-            pinned = PinnedCalibration.from_dict(stored)
-            if pinned.bandwidth_ms is not None and pinned.ratio_spread is not None:
-                return pinned  # else pinned before the bandwidth reference or the ratio spread: pinned again
-        except ValueError:
-            pass  # damaged: measured again, and replaced
+    stored = None if redo else stored_pin(store, fingerprint, runner.profile)  # None when damaged: replaced
+    if stored is not None and stored.bandwidth_ms is not None and stored.ratio_spread is not None:
+        return stored  # else pinned before the bandwidth reference or the ratio spread: pinned again
     if not redo:
         (log or _note)(f"no pinned calibration of this machine with {runner.profile.name}'s runtime settings yet: "
                        f"measuring it once ({PIN_WINDOWS} x {PIN_WINDOW_S:g} s of the reference model)")

@@ -192,7 +192,8 @@ class Runner(RunnerCalibration):
         if not reply.get("ok"):
             return Measurement.failure(reply.get("error") or "unknown failure",
                                        reply.get("failure_kind", "environment"), **common)
-        figures = {name: calibrated(w, self.calibration.reference_ms) for name, w in reply["workloads"].items()}
+        figures = {name: calibrated(w, self.calibration.reference_ms, self.bandwidth_scale())
+                   for name, w in reply["workloads"].items()}
         primary = figures.get(PRIMARY_WORKLOAD) or next(iter(figures.values()))
         generation = {}
         generating = [w for w in WORKLOADS.values() if w.variant == "generate"]

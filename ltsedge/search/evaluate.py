@@ -176,7 +176,8 @@ class CandidateEvaluator:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
         self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.target, self.variant,
-                                        self.precision, self.export.quantization))
+                                        self.precision, self.export.quantization,
+                                        self.runner.calibrate().bandwidth_scale))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)
@@ -191,11 +192,12 @@ class CandidateEvaluator:
             return None
         # A stored first estimate (raced out) is a real figure with its interval: reused as it is, so that
         # the same seed and store replay the same search; the frontier is re-measured afresh anyway.
-        calibration = self.runner.calibrate().reference_ms
+        calibration = self.runner.calibrate()
         stored = Measurement.from_record(stored)
         if stored.ok:
             remember(self.store, arch, self.store_key(arch)[0])  # figures stored before architectures were
-        return Candidate(arch, params, stored.rescaled(calibration), "store", generation, self.latency_field)
+        return Candidate(arch, params, stored.rescaled(calibration.reference_ms, calibration.bandwidth_scale),
+                         "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
         paths, written = [], []

@@ -85,12 +85,13 @@ def remeasure(models: list[PublishedModel], runner: MeasuringRunner, objective: 
     races = [Race(objective, p.candidate.params.decoder_params, (), runner.profile.tolerance)
              for p in models]  # no front to race against: only the coarse other workloads
     measured = runner.measure_many([p.path for p in models], race=lambda i: races[i])
-    calibration = runner.calibrate().reference_ms
+    calibration = runner.calibrate()
     out = []
     for p, m in zip(models, measured):
         if not m.ok:
             log(f"warning: {p.candidate.arch.id} failed its final measurement ({m.error}); keeping its earlier figures")
-            m = replace(p.candidate.measurement.rescaled(calibration), final_measurement_error=m.error)
+            earlier = p.candidate.measurement.rescaled(calibration.reference_ms, calibration.bandwidth_scale)
+            m = replace(earlier, final_measurement_error=m.error)
         out.append(replace(p, candidate=replace(p.candidate, measurement=m, source="final"), remeasured=policy))
     return out
 
