@@ -75,11 +75,22 @@ def _quietest(m, r, share):
     return m[order] / r[order]
 
 
+def _near_fastest(m, r, within):
+    """The per-pair ratios of the pairs whose reference sample was within ``within`` of the reference's
+    10th percentile (the machine when quiet), at least the quietest five."""
+    keep = r <= (1 + within) * np.quantile(r, 0.1)
+    if keep.sum() < 5:
+        keep = np.isin(np.arange(len(r)), np.argsort(r)[:5])
+    return m[keep] / r[keep]
+
+
 # Ways of turning one workload's paired samples (model ms, reference ms) into a ratio.
 ESTIMATORS = {
     "median of ratios (reported)": lambda m, r: np.median(m / r),
     "median of the quietest half by reference": lambda m, r: np.median(_quietest(m, r, 0.5)),
     "median of the quietest third by reference": lambda m, r: np.median(_quietest(m, r, 1 / 3)),
+    "median of pairs whose reference is within 5% of its q10": lambda m, r: np.median(_near_fastest(m, r, 0.05)),
+    "median of pairs whose reference is within 10% of its q10": lambda m, r: np.median(_near_fastest(m, r, 0.10)),
     "q25 of ratios": lambda m, r: np.quantile(m / r, 0.25),
     "q25(model) / q25(reference)": lambda m, r: np.quantile(m, 0.25) / np.quantile(r, 0.25),
     "q10(model) / q10(reference)": lambda m, r: np.quantile(m, 0.10) / np.quantile(r, 0.10),
