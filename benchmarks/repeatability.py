@@ -86,7 +86,7 @@ def _near_fastest(m, r, within):
 
 # Ways of turning one workload's paired samples (model ms, reference ms) into a ratio.
 ESTIMATORS = {
-    "median of ratios (reported)": lambda m, r: np.median(m / r),
+    "median of all pairs' ratios": lambda m, r: np.median(m / r),
     "median of the quietest half by reference": lambda m, r: np.median(_quietest(m, r, 0.5)),
     "median of the quietest third by reference": lambda m, r: np.median(_quietest(m, r, 1 / 3)),
     "median of pairs whose reference is within 5% of its q10": lambda m, r: np.median(_near_fastest(m, r, 0.05)),

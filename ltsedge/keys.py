@@ -17,6 +17,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.hashing import settings_hash
 from ltsedge.runners.reference import BANDWIDTH_VERSION
+from ltsedge.runners.stats import PAIRS_METHOD
 from ltsedge.workloads import WORKLOADS
 
 WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
@@ -87,10 +88,10 @@ def calibration_key(fingerprint: dict, profile) -> tuple[str, str, str]:
 
 
 def measurement_settings(profile, shapes: dict | None = None, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
-    """What decides a measured figure besides the model and the machine: the profile's settings, the
-    input shapes when given, the decode context for a generate model (keys of the forward variant at the
-    profile's own workload predate both, and stay as they were)."""
-    settings = profile.settings()
+    """What decides a measured figure besides the model and the machine: the profile's settings, which
+    sample pairs a ratio is made of, the input shapes when given, the decode context for a generate
+    model (keys of the forward variant at the profile's own workload predate both)."""
+    settings = {**profile.settings(), "pairs": PAIRS_METHOD}
     if shapes:
         settings["shapes"] = {name: list(dims) for name, dims in sorted(shapes.items())}
     if variant != DEFAULT_VARIANT:

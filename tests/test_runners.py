@@ -142,7 +142,7 @@ def test_repeats_stop_on_convergence_or_budget(small_path):
     with Runner(tight) as runner:
         b = runner.measure(small_path)
     assert a.converged and a.runs < 1000
-    assert not b.converged and b.runs == 7
+    assert not b.converged and b.pairs_timed == 7 and 5 <= b.runs <= 7  # the figure: its quiet pairs
 
 
 def test_shape_overrides_and_errors_reach_the_measurement(small_path):
@@ -469,6 +469,35 @@ def test_convergence_rule_and_summary():
     assert (s["latency_ms"], s["latency_p90_ms"], s["latency_min_ms"]) == (3.0, 10.0, 1.0)
     assert s["latency_cv"] == pytest.approx(np.std([4, 1, 3, 2, 10], ddof=1) / 4.0)
     assert math.isinf(stats.relative_half_width([1.0]))
+
+
+def test_a_ratio_is_made_of_the_pairs_timed_while_the_reference_ran_at_its_quiet_speed():
+    from ltsedge.runners.measurement import calibrated
+
+    # 8 pairs on a quiet machine (the reference wanders 3%), 10 while a neighbour slowed the reference
+    # 1.6x and the model 2x: the median of all 18 ratios is a loaded one, the figure not.
+    reference = [1.0, 1.01, 0.99, 1.02, 1.0, 1.03, 0.995, 1.01] + [1.6] * 10
+    model = [10.0 * r for r in reference[:8]] + [20.0] * 10
+    assert stats.quiet_ratios(model, reference) == pytest.approx([10.0] * 8)
+    figures = calibrated({"model_ms": model, "reference_ms": reference, "converged": False, "stopped_early": False,
+                          "runs_per_sample": 1}, calibration_ms=2.0)
+    assert figures["latency_ratio"] == pytest.approx(10.0) and figures["latency_ms"] == pytest.approx(20.0)
+    assert (figures["runs"], figures["pairs_timed"]) == (8, 18)
+    # Beside the bandwidth reference (a decode step) every pair counts: its quiet pairs repeated worse.
+    beside_bandwidth = calibrated({"model_ms": model, "reference_ms": reference, "converged": False,
+                                   "stopped_early": False, "runs_per_sample": 1, "reference": "bandwidth"}, 2.0)
+    assert beside_bandwidth["runs"] == 18 and beside_bandwidth["latency_ratio"] == pytest.approx(12.5)
+    # A quiet machine: every pair is kept.
+    assert len(stats.quiet_ratios([5.0] * 9, [1.0, 1.05, 0.97, 1.08, 1.0, 1.02, 0.99, 1.04, 1.0])) == 9
+    # Under a neighbour most of the time: at least the five pairs with the fastest reference.
+    assert stats.quiet_ratios([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]) == [1.0] * 5
+    assert stats.quiet_ratios([], []) == []
+
+
+def test_the_stop_rule_looks_at_the_pairs_timed_and_judges_the_quiet_ones():
+    assert stats.converged([10.0] * 6, min_runs=5, tolerance=0.02, max_runs=50, timed=9)  # 9 is a look
+    assert not stats.converged([10.0] * 6, min_runs=5, tolerance=0.02, max_runs=50, timed=8)  # 8 is not
+    assert not stats.converged([10.0] * 5, min_runs=5, tolerance=0.02, max_runs=50, timed=9)  # 5 quiet ones: too few
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,18 +20,21 @@ class Measurement:
     # another run may succeed). Only the model's own failures are answered from the store.
     failure_kind: str | None = None
     # Latency (ms) of one run of the workload: every sample of the model is paired with a sample of
-    # the reference model (runners/timing.py); the figure is the median ratio (latency_ratio) times
-    # the run's calibration of the reference (calibration_ms). Also the 90th percentile, fastest and
+    # the reference model (runners/timing.py); the figure is the median ratio (latency_ratio; beside
+    # the compute reference, of the pairs timed while it ran at its quiet speed: stats.figure_ratios)
+    # times the run's calibration of the reference (calibration_ms). Also the 90th percentile, fastest and
     # CV of the ratios (in ms), the median's order-statistic interval and the coverage it really has
     # (latency_low/high_ms, latency_coverage); converged = that interval got within the tolerance at
-    # 95% overall. runs = samples (each of runs_per_sample runs); stopped_early = raced out after a
-    # first estimate, dominated beyond its uncertainty (racing.py). reference_ms: the reference's own
-    # median meanwhile; drift: its change against the calibration, when beyond the run's noise.
+    # 95% overall. runs = the quiet sample pairs of the pairs_timed (each of runs_per_sample runs);
+    # stopped_early = raced out after a first estimate, dominated beyond its uncertainty (racing.py).
+    # reference_ms: the reference's own median meanwhile; drift: its change against the calibration,
+    # when beyond the run's noise.
     latency_ms: float | None = None
     latency_p90_ms: float | None = None
     latency_min_ms: float | None = None
     latency_cv: float | None = None
     runs: int = 0
+    pairs_timed: int = 0
     converged: bool = False
     latency_ratio: float | None = None
     latency_low_ms: float | None = None
@@ -177,24 +180,27 @@ LATENCY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_low
 
 
 # The figures of a success that come from its primary workload's (the forward pass's, else the first).
-PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "converged",
+PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "pairs_timed", "converged",
                   "latency_ratio", "latency_low_ms", "latency_high_ms", "latency_coverage", "reference_ms",
                   "stopped_early", "runs_per_sample", "uncalibrated_latency_ms")
 
 
 def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | None = None) -> dict:
-    """A workload's paired samples -> its figures: the median ratio to the reference, in ms through the
-    run's calibration, with the median's interval and the coverage it really has. A workload timed
+    """A workload's paired samples -> its figures: the median ratio to the reference (beside the compute
+    reference, of its quiet pairs: ``stats.figure_ratios``; ``runs`` of the ``pairs_timed``), in ms
+    through the run's calibration,
+    with the median's interval and the coverage it really has. A workload timed
     beside the bandwidth reference also records the scale its reference samples were recorded in
     (``bandwidth_scale``), so its ratio can be converted when the machine is pinned again."""
-    ratios = [m / r for m, r in zip(samples["model_ms"], samples["reference_ms"]) if r > 0]
+    ratios = stats.figure_ratios(samples["model_ms"], samples["reference_ms"], samples.get("reference", "compute"))
     summary = stats.summarize(ratios)
     low, high, coverage = stats.interval_with_coverage(sorted(ratios))
     return {"latency_ms": summary["latency_ms"] * calibration_ms, "latency_ratio": summary["latency_ms"],
             "latency_p90_ms": summary["latency_p90_ms"] * calibration_ms,
             "latency_min_ms": summary["latency_min_ms"] * calibration_ms, "latency_cv": summary["latency_cv"],
             "latency_low_ms": low * calibration_ms, "latency_high_ms": high * calibration_ms,
-            "latency_coverage": coverage, "runs": len(ratios), "converged": samples["converged"],
+            "latency_coverage": coverage, "runs": len(ratios), "pairs_timed": len(samples["model_ms"]),
+            "converged": samples["converged"],
             "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],

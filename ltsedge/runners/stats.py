@@ -87,14 +87,54 @@ def per_look_confidence(max_runs: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / len(looks(max_runs))
 
 
-def converged(samples: list[float], min_runs: int, tolerance: float, max_runs: int | None = None) -> bool:
-    """Stop now? Only at a scheduled look, never below ``min_runs`` nor 6 samples, and only when the
-    median's interval at the per-look confidence is within +-``tolerance``."""
-    n = len(samples)
+def converged(samples: list[float], min_runs: int, tolerance: float, max_runs: int | None = None,
+              timed: int | None = None) -> bool:
+    """Stop now? Only at a scheduled look of the ``timed`` samples (default: all of ``samples``), never
+    below ``min_runs`` nor 6 of them, and only when the median's interval of ``samples`` (the ratios a
+    figure is made of: ``figure_ratios``) at the per-look confidence is within +-``tolerance``."""
+    n = len(samples) if timed is None else timed
     max_runs = max(max_runs or n, n)
-    if n < max(min_runs, FIRST_LOOK) or n not in looks(max_runs):
+    if n < max(min_runs, FIRST_LOOK) or n not in looks(max_runs) or len(samples) < FIRST_LOOK:
         return False
     return relative_half_width(samples, per_look_confidence(max_runs)) <= tolerance
+
+
+# A sample pair is "quiet" when its reference sample ran within QUIET_WITHIN of the reference's fast end
+# (its QUIET_QUANTILE among the model's pairs). A neighbour that computes, streams memory or idles in
+# turn slows a model and the compute reference unequally phase by phase, so the median of all pairs'
+# ratios moves with the phases a measurement happened to catch: between a quiet and a loaded run a
+# forward ratio moved a median 2.9% (max 22%), its quiet pairs' 1.3% (max 17%); prefill 4.5% and 4.1%.
+# A decode step beside the bandwidth reference did worse on its quiet pairs (9.2% -> 13.3%; its two
+# quiet runs were 6.8% apart either way: its spread is not the neighbour's), so its figure stays the
+# median of every pair (docs/benchmarks.md, "Repeatability").
+QUIET_WITHIN = 0.10
+QUIET_QUANTILE = 0.10
+QUIET_AT_LEAST = 5  # with fewer quiet pairs, the pairs with the fastest reference samples
+QUIET_REFERENCES = ("compute",)  # the references whose quiet pairs make the figure
+# In the store key of every figure (keys.measurement_settings): figures made otherwise never answer.
+PAIRS_METHOD = f"quiet-q{QUIET_QUANTILE:g}+{QUIET_WITHIN:g}:" + ",".join(QUIET_REFERENCES)
+
+
+def figure_ratios(model_ms: list[float], reference_ms: list[float], reference: str = "compute") -> list[float]:
+    """The ratios a workload's figure is made of: the quiet pairs' beside a reference of
+    ``QUIET_REFERENCES``, every pair's beside another."""
+    if reference in QUIET_REFERENCES:
+        return quiet_ratios(model_ms, reference_ms)
+    return [m / r for m, r in zip(model_ms, reference_ms) if r > 0]
+
+
+def quiet_ratios(model_ms: list[float], reference_ms: list[float]) -> list[float]:
+    """The model/reference ratios of the quiet pairs, in the order they were timed. On a quiet machine
+    nearly every pair is quiet (the reference wanders by a few percent); under a neighbour, the pairs
+    timed while it slowed the reference are left out."""
+    pairs = [(m, r) for m, r in zip(model_ms, reference_ms) if r > 0]
+    if not pairs:
+        return []
+    references = sorted(r for _, r in pairs)
+    limit = (1 + QUIET_WITHIN) * references[round(QUIET_QUANTILE * (len(references) - 1))]
+    if sum(r <= limit for _, r in pairs) < QUIET_AT_LEAST:
+        limit = references[min(QUIET_AT_LEAST, len(references)) - 1]
+    return [m / r for m, r in pairs if r <= limit]
 
 
 def summarize(samples: list[float]) -> dict[str, float]:

@@ -4,7 +4,8 @@ A shared machine's speed moves by 10-35% from one minute to the next, but two mo
 by side slow down together: the ratio of a model's time to a fixed reference model's stays within
 ~2% (measured: docs/measurement.md). So the worker alternates a sample of the model with a sample of
 the reference of the same duration (as many reference runs as it takes), and the figure is the
-median of the per-sample ratios. The parent turns it back into milliseconds with the run's fixed
+median of the per-sample ratios (beside the compute reference, of the pairs timed while it ran at
+its quiet speed: ``stats.figure_ratios``). The parent turns it back into milliseconds with the run's fixed
 calibration of the reference (``latency_ms = ratio x calibration_ms``): within one run, milliseconds
 then rank exactly as the ratios do, whatever the machine did meanwhile.
 
@@ -42,7 +43,8 @@ class Timed:
 
     @property
     def ratios(self) -> list[float]:
-        return [m / r for m, r in zip(self.model_ms, self.reference_ms) if r > 0]
+        """The ratios a figure is made of (``stats.figure_ratios``: beside the compute reference, the quiet pairs')."""
+        return stats.figure_ratios(self.model_ms, self.reference_ms, self.reference)
 
     def to_dict(self) -> dict:
         return {"model_ms": self.model_ms, "reference_ms": self.reference_ms, "converged": self.converged,
@@ -97,7 +99,7 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
         if stop_early is not None and n == first_estimate and stop_early(timed):
             timed.stopped_early = True
             return timed
-        if stats.converged(timed.ratios, settings.min_runs, settings.tolerance, settings.max_runs):
+        if stats.converged(timed.ratios, settings.min_runs, settings.tolerance, settings.max_runs, timed=n):
             timed.converged = True
             return timed
         if n >= settings.max_runs or clock() - start >= settings.max_seconds:
