@@ -15,12 +15,15 @@ Targets: latency SRC >= 0.98 and median difference <= 3%; memory within 2% or 2 
 how a figure taken on a quiet machine compares with one taken on a busy one. ``--conditions quiet quiet
 loaded`` runs any sequence of quiet and loaded runs (alternating order) and compares each with the first.
 
+``--twice`` measures every model twice in a row in each worker, to tell a figure's spread within one
+worker process from its spread between two.
+
 ``--estimators`` keeps every workload's paired samples and judges, on the same samples, other ways of
 turning them into one ratio (the median of the per-pair ratios is what ltsedge reports): which of them
 repeats between a quiet and a loaded run without losing what it has between two quiet ones.
 
     python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
-                                       [--conditions quiet quiet loaded] [--estimators]
+                                       [--conditions quiet quiet loaded] [--estimators] [--twice]
 """
 
 from __future__ import annotations
@@ -100,13 +103,17 @@ ESTIMATORS = {
 
 
 def measure_all(archs, profile, tmp: Path, order, variant: str = "forward", pinned=None,
-                samples: dict | None = None) -> dict:
+                samples: dict | None = None, again: dict | None = None) -> dict:
+    """Each model of ``order`` measured once in one fresh worker (and, given ``again``, a second time
+    right after, into it: how far a figure moves within one worker process)."""
     out = {}
     with SampleKeepingRunner(profile, log=lambda m: print("   ", m), pinned=pinned) as runner:
         for i in order:
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)
             m = runner.measure(path)
+            if again is not None:
+                again[i] = runner.measure(path)
             path.unlink()
             out[i] = m
             if samples is not None:
@@ -125,6 +132,8 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="measure the second run under a competing load")
     parser.add_argument("--conditions", nargs="+", choices=("quiet", "loaded"),
                         help="the runs, in order (default: quiet quiet, or quiet loaded with --load)")
+    parser.add_argument("--twice", action="store_true",
+                        help="measure every model twice in a row in each worker: within- against between-worker spread")
     parser.add_argument("--estimators", action="store_true",
                         help="also judge other estimators of a ratio on the same paired samples")
     args = parser.parse_args()
@@ -140,22 +149,27 @@ def main() -> None:
         with Runner(profile) as runner:
             pinned = runner.measure_pinned()
         print(f"pinned: compute reference {pinned.reference_ms:.3f} ms, bandwidth reference {pinned.bandwidth_ms:.3f} ms")
-        runs, kept = [], []
+        runs, kept, agains = [], [], []
         for k, condition in enumerate(conditions):
             order = range(len(archs)) if k % 2 == 0 else reversed(range(len(archs)))
             print(f"run {k + 1} ({'reverse order, ' if k % 2 else ''}new worker, {condition})")
             kept.append({} if args.estimators else None)
+            agains.append({} if args.twice else None)
             stop = mp.Event()
             neighbour = mp.Process(target=load, args=(stop, 0), daemon=True) if condition == "loaded" else None
             if neighbour:
                 neighbour.start()
             try:
-                runs.append(measure_all(archs, profile, Path(tmp), order, args.variant, pinned, kept[-1]))
+                runs.append(measure_all(archs, profile, Path(tmp), order, args.variant, pinned, kept[-1], agains[-1]))
             finally:
                 stop.set()
                 if neighbour:
                     neighbour.join(timeout=10)
     print(f"\n{time.time() - started:.0f} s; {profile.name}, sequence {profile.sequence}; runs: {', '.join(conditions)}")
+    for k, again in enumerate(agains):
+        if again is not None:
+            print(f"\nrun {k + 1} ({conditions[k]}): each model's first measurement against its second, in one worker:")
+            compare(archs, runs[k], again, args.variant, None, None)
     for k in range(1, len(runs)):
         print(f"\nrun 1 ({conditions[0]}) against run {k + 1} ({conditions[k]}):")
         compare(archs, runs[0], runs[k], args.variant, kept[0], kept[k])
