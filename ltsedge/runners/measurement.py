@@ -141,8 +141,8 @@ class Measurement:
             return self
         factor = calibration_ms / old
         primary = units.get(self.workload, 1.0)
-        scaled = {k: getattr(self, k) * factor * units.get(k.split("_")[0], 1.0)
-                  for k in ("prefill_latency_ms", "decode_latency_ms") if getattr(self, k) is not None}
+        scaled = {k: getattr(self, k) * factor * units.get(workload, 1.0)
+                  for k, workload in GENERATE_FIGURES.items() if getattr(self, k) is not None}
         scaled.update({k: getattr(self, k) * factor * primary for k in LATENCY_FIELDS if getattr(self, k) is not None})
         if self.latency_ratio is not None:
             scaled["latency_ratio"] = self.latency_ratio * primary
@@ -176,6 +176,9 @@ def complete(record: dict) -> bool:
     return Measurement.from_record(record).complete
 
 
+# A generate measurement's per-workload latencies, by the workload each is the figure of.
+GENERATE_FIGURES = {"prefill_latency_ms": "prefill", "decode_latency_ms": "decode"}
+
 LATENCY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_low_ms", "latency_high_ms")
 
 
@@ -188,11 +191,11 @@ PRIMARY_FIELDS = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv"
 def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | None = None) -> dict:
     """A workload's paired samples -> its figures: the median ratio to the reference (beside the compute
     reference, of its quiet pairs: ``stats.figure_ratios``; ``runs`` of the ``pairs_timed``), in ms
-    through the run's calibration,
-    with the median's interval and the coverage it really has. A workload timed
-    beside the bandwidth reference also records the scale its reference samples were recorded in
-    (``bandwidth_scale``), so its ratio can be converted when the machine is pinned again."""
-    ratios = stats.figure_ratios(samples["model_ms"], samples["reference_ms"], samples.get("reference", "compute"))
+    through the run's calibration, with the median's interval and the coverage it really has. A
+    workload timed beside the bandwidth reference also records the scale its reference samples were
+    recorded in (``bandwidth_scale``), so its ratio can be converted when the machine is pinned again."""
+    reference = samples.get("reference", "compute")
+    ratios = stats.figure_ratios(samples["model_ms"], samples["reference_ms"], reference)
     summary = stats.summarize(ratios)
     low, high, coverage = stats.interval_with_coverage(sorted(ratios))
     return {"latency_ms": summary["latency_ms"] * calibration_ms, "latency_ratio": summary["latency_ms"],
@@ -204,5 +207,5 @@ def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | No
             "stopped_early": samples["stopped_early"], "runs_per_sample": samples["runs_per_sample"],
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
-            "coarse": samples.get("coarse", False), "reference": samples.get("reference", "compute"),
-            **({"reference_scale": bandwidth_scale} if samples.get("reference") == "bandwidth" else {})}
+            "coarse": samples.get("coarse", False), "reference": reference,
+            **({"reference_scale": bandwidth_scale} if reference == "bandwidth" else {})}

@@ -5,8 +5,8 @@ by side slow down together: the ratio of a model's time to a fixed reference mod
 ~2% (measured: docs/measurement.md). So the worker alternates a sample of the model with a sample of
 the reference of the same duration (as many reference runs as it takes), and the figure is the
 median of the per-sample ratios (beside the compute reference, of the pairs timed while it ran at
-its quiet speed: ``stats.figure_ratios``). The parent turns it back into milliseconds with the run's fixed
-calibration of the reference (``latency_ms = ratio x calibration_ms``): within one run, milliseconds
+its quiet speed: ``stats.figure_ratios``). The parent turns it back into milliseconds with the run's
+fixed calibration of the reference (``latency_ms = ratio x calibration_ms``): within one run, milliseconds
 then rank exactly as the ratios do, whatever the machine did meanwhile.
 
 A sample lasts at least ``MIN_SAMPLE_MS``: a run shorter than that (a decode step of a small model

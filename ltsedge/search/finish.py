@@ -72,7 +72,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
         with runner_factory(strict(profile), log=log) as runner:
             again = {p.candidate.arch.id: p for p in remeasure([p for p in fresh if p.candidate.arch.id in doubtful],
                                                                runner, settings.objective, "strict", log=log)}
-    cost.strict_seconds = time.perf_counter() - clock if doubtful else 0.0
+        cost.strict_seconds = time.perf_counter() - clock
     final = [again.get(p.candidate.arch.id, p) for p in fresh]
     published = keep_front(final, outdir, settings.budgets)
     clock = time.perf_counter()
