@@ -113,9 +113,10 @@ def _properties(suite: ET.Element, report: CheckReport, measured: dict) -> None:
 
 
 def _measured(result: ModelResult) -> dict:
-    """The model's figures, as properties: what a dashboard charts (the re-measurement's, when there was one)."""
+    """The model's figures, as properties: what a dashboard charts (the last re-measurement's, when there was one)."""
     out = {"sha256": result.sha256, "architecture_id": result.architecture_id}
-    for prefix, m in (("", result.measurement), ("remeasured_", result.remeasurement)):
+    last = result.remeasurements[-1] if result.remeasurements else None
+    for prefix, m in (("", result.measurement), ("remeasured_", last)):
         if m is not None and m.ok:
             out.update({f"{prefix}{k}": getattr(m, k) for k in MEASURED})
     return out
@@ -131,7 +132,7 @@ def write_junit(report: CheckReport, path: str | Path) -> None:
 
 
 def _seconds(result: ModelResult) -> float:
-    return sum(m.load_seconds + m.inference_seconds for m in (result.measurement, result.remeasurement) if m)
+    return sum(m.load_seconds + m.inference_seconds for m in (result.measurement, *result.remeasurements) if m)
 
 
 def _details(result: ModelResult, check: Check) -> str:
@@ -147,8 +148,9 @@ def _details(result: ModelResult, check: Check) -> str:
         lines.append(f"limit {fmt(check.limit)} {check.unit} ({check.source}); "
                      f"margin {signed(check.margin)} {check.unit}{pct}")
     if check.marginal:
-        decided = (f"first {fmt(check.first_value)} {check.unit}, decided on the re-measurement with a stricter "
-                   f"repeat policy" if check.remeasured else "decided on the first measurement")
+        decided = (f"first {fmt(check.first_value)} {check.unit}, decided on re-measurement {check.decided_on} "
+                   f"(a stricter repeat policy) of {check.measurements - 1}" if check.decided_on
+                   else "decided on the first measurement")
         band = f", this machine's between-run spread of {check.band:.1%} included" if check.band else ""
         counted = f"; counted as {check.marginal_policy} (--marginal {check.marginal_policy})" \
             if check.marginal_policy else ""

@@ -44,7 +44,7 @@ class ModelResult:
     shapes: dict[str, list[int]]
     checks: list[Check]
     measurement: Measurement | None = None
-    remeasurement: Measurement | None = None  # with the stricter policy, when a check was marginal
+    remeasurements: list[Measurement] = field(default_factory=list)  # stricter policy, doubtful verdicts (api.py)
     previous: PreviousEntry | None = None
     matched_by: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -69,10 +69,10 @@ class ModelResult:
         return self.ok and all(c.passed for c in self.checks)
 
     def used(self, metric: str) -> Measurement | None:
-        """The measurement the ``metric`` verdicts were decided on."""
-        if any(c.metric == metric and c.remeasured for c in self.checks):
-            return self.remeasurement
-        return self.measurement
+        """The measurement the ``metric`` verdicts were decided on (every check of a metric is judged on
+        the same one)."""
+        index = next((c.decided_on for c in self.checks if c.metric == metric), 0)
+        return self.remeasurements[index - 1] if index else self.measurement
 
     def _figure(self, metric: str) -> float | None:
         m = self.used(metric)
@@ -106,10 +106,10 @@ class ModelResult:
             **{METRICS[metric][0]: self._figure(metric) for metric in VARIANT_ONLY},  # prefill, decode
             "kv_cache_mb": mem.kv_cache_mb if mem else None,
             "budgets": self.target.budgets.to_dict(), "budget_sources": dict(self.target.budgets.sources),
-            "verdicts": verdicts, "marginal": marginal, "remeasured": self.remeasurement is not None,
+            "verdicts": verdicts, "marginal": marginal, "remeasured": bool(self.remeasurements),
             "regression": regression, "checks": [c.to_dict() for c in self.checks],
             "measurement": self.measurement.to_dict() if self.measurement else None,
-            "remeasurement": self.remeasurement.to_dict() if self.remeasurement else None,
+            "remeasurements": [m.to_dict() for m in self.remeasurements],
             "notes": list(self.notes), "passed": self.passed,
         }
 
