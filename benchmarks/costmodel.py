@@ -26,7 +26,8 @@ With ``--repeat-all`` part 2 also runs ``--measure all`` a second time (same see
 and judges it side by side the same way: how far measuring everything twice lands from itself, the floor
 under which a per-seed ratio of ``front`` to ``all`` says nothing about the cost model.
 
-    python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--no-careful] [--population 40] [--generations 10]
+    python benchmarks/costmodel.py [--part 1|2|all] [--samples 60] [--no-careful] [--store S] [--fit N]
+                                   [--population 40] [--generations 10]
                                    [--seeds 0 1 2] [--search-timing coarse|profile] [--repeat-all]
 """
 
@@ -57,8 +58,9 @@ from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 
 
-def accuracy(tmp: Path, samples: int, careful: bool = True) -> None:
-    store_path = tmp / "accuracy.sqlite"
+def accuracy(tmp: Path, samples: int, careful: bool = True, store_path: Path | None = None,
+             fit: int | None = None) -> None:
+    store_path = store_path or tmp / "accuracy.sqlite"
     setting = Setting(device="cpu", preset="default")
     started = time.perf_counter()
     build(setting, samples=samples, seed=11, store_path=store_path, log=lambda m: None)
@@ -68,7 +70,7 @@ def accuracy(tmp: Path, samples: int, careful: bool = True) -> None:
         found = load_samples(store, like, machine_fingerprint(profile), profile, target_for(None), variant)
     print(f"{len(found)} architectures measured in {time.perf_counter() - started:.0f} s "
           f"(default space, {variant}, sequence/context {profile.sequence}/{profile.context})")
-    cut = 2 * len(found) // 3
+    cut = fit or 2 * len(found) // 3
     model = CostModel(found[:cut], profile, variant)
     held = found[cut:]
     print(f"fitted on {cut}, predicting {len(held)} held out:")
@@ -218,6 +220,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--no-careful", action="store_true",
                         help="part 1: skip measuring the held-out architectures again to the profile's policy")
+    parser.add_argument("--store", type=Path, help="part 1: the samples' store, kept (default: a temporary one); "
+                        "a second run on it measures only the samples it lacks")
+    parser.add_argument("--fit", type=int, help="part 1: fit on this many samples, hold out the rest (default 2/3)")
     parser.add_argument("--population", type=int, default=40)
     parser.add_argument("--generations", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -227,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltsedge-bench-") as tmp:
         if args.part in ("1", "all"):
-            accuracy(Path(tmp), args.samples, careful=not args.no_careful)
+            accuracy(Path(tmp), args.samples, careful=not args.no_careful, store_path=args.store, fit=args.fit)
         if args.part in ("2", "all"):
             quality(Path(tmp), args.seeds, args.population, args.generations, args.search_timing,
                     repeat_all=args.repeat_all)
