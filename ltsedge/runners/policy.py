@@ -98,6 +98,15 @@ PIN_WINDOW_S = 1.0
 PIN_PAUSE_S = 0.2  # between windows: a neighbour's burst should not span them all
 PIN_QUANTILE = 0.25  # of the window medians: the machine when quiet, not its luckiest second
 STATE_FLOOR = 0.03  # a run's calibration closer than this to the pinned one is "as calibrated"
+# The most a pin says a figure moves between runs (``figure_spread``). On this VM the ratio of the two
+# references, timed alone in five windows, had an interquartile range of 1.1% to 78% in back-to-back pins
+# (its host switches between states in which memory-bound and compute-bound work run at different
+# relative speeds): a pin measures the moment it was taken. A figure is made of the pairs timed while
+# the compute reference ran at its quiet speed, and moved a median 2.3% between a quiet and a loaded
+# run (docs/benchmarks.md, "Repeatability"); a pin in a bad moment made every budget within 33% of its
+# figure marginal. Load is what ``check``'s confirmations handle (check/verdict.py); the band is capped
+# at about twice that median.
+FIGURE_SPREAD_CAP = 0.05
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ class PinnedCalibration:
     kinds of work moves between runs. A figure is a ratio to the reference times the pinned calibration,
     so a figure moves as ratios do, not as the machine's speed does: ``check`` widens a figure's
     interval by ``figure_spread`` (a pin under a passing load measured a speed spread of 87% here, and
-    every budget within 87% of its figure read as marginal)."""
+    every budget within 87% of its figure read as marginal), at most ``FIGURE_SPREAD_CAP``."""
 
     reference_ms: float
     noise: float
@@ -174,8 +183,8 @@ class PinnedCalibration:
     @property
     def figure_spread(self) -> float:
         """How far a figure (ratio x this calibration) moves between runs: the ratio spread where it was
-        measured, else the speed spread (an upper bound)."""
-        return self.ratio_spread if self.ratio_spread is not None else self.spread
+        measured, else the speed spread (an upper bound), at most ``FIGURE_SPREAD_CAP``."""
+        return min(FIGURE_SPREAD_CAP, self.ratio_spread if self.ratio_spread is not None else self.spread)
 
     def state(self, run: Calibration) -> str | None:
         """One line on how this run's machine differs from the pinned one; None within the noise (the
