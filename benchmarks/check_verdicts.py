@@ -16,7 +16,7 @@ many equal the verdict its budgets were set for, how many checks were marginal, 
 measurements the runs took (a verdict over its limit or marginal is measured again, up to twice).
 Target (issue 21): the same verdict 50 of 50.
 
-    python benchmarks/check_verdicts.py [--models 5] [--runs 10] [--margin 0.1]
+    python benchmarks/check_verdicts.py [--models 5] [--runs 10] [--margin 0.1] [--conditions quiet loaded]
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=5)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--margin", type=float, default=0.1)
+    parser.add_argument("--conditions", nargs="+", choices=["quiet", "loaded"], default=["quiet", "loaded"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltsedge-verdicts-") as tmp:
         tmp = Path(tmp)
@@ -132,8 +133,11 @@ def main() -> None:
         print("| condition | same verdict as the model's usual | as intended | marginal checks | measurements "
               "| wall |")
         print("|---|---|---|---|---|---|")
-        clock = time.perf_counter()
-        summarise("quiet", repeated(models, store, budgets, args.runs), intended, time.perf_counter() - clock)
+        if "quiet" in args.conditions:
+            clock = time.perf_counter()
+            summarise("quiet", repeated(models, store, budgets, args.runs), intended, time.perf_counter() - clock)
+        if "loaded" not in args.conditions:
+            return
         stop = mp.Event()
         neighbour = mp.Process(target=load, args=(stop, 0), daemon=True)
         neighbour.start()

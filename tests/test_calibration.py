@@ -238,7 +238,7 @@ def test_check_widens_by_the_pinned_ratio_spread_and_an_older_pin_without_it_is_
             store.put_calibration(*key, old.to_dict(), fingerprint=runner.fingerprint(), settings={})
             pinned = pinned_calibration(store, runner, log=lambda line: None)
         assert runner.reference_windows == PIN_WINDOWS and pinned.ratio_spread == 0.0  # measured again
-    # 10 ms against a limit 10% away: clear of a 0-5% band, inside the old pin's 87% were it not capped.
+    # 10 ms against a limit 10% away: clear of a 0-3% band, inside the old pin's 87% were it not capped.
     assert not checked(tmp_path, 11.0, spread=pinned.figure_spread, marginal="fail").checks[0].marginal
     assert not checked(tmp_path, 11.0, spread=old.figure_spread, marginal="fail").checks[0].marginal
     assert checked(tmp_path, 11.0, spread=old.spread, marginal="fail").checks[0].marginal

@@ -7,10 +7,12 @@ max_regression)). A value within its uncertainty of the limit is *marginal*, mar
 A doubtful verdict is measured again with a stricter repeat policy, in a fresh worker (``api.py``):
 - a timed figure (latency, prefill, decode) that is marginal *or over its limit*, up to
   ``CONFIRMATIONS`` times while it stays so; the verdict is decided on the *lowest* of its figures.
-  Contention on a shared machine only ever adds time, and a neighbour that streams memory slows a
-  model without slowing the compute reference beside it, so one loaded measurement can read a
-  model 10-45% slow (docs/benchmarks.md, "check verdicts"), never that much fast. A fail therefore
-  stands only when every measurement says so; a pass needs one measurement clear of the limit.
+  Contention on a shared machine mostly adds time, and a neighbour that streams memory slows a
+  model without slowing the compute reference beside it: under the check-verdicts benchmark's
+  neighbour a model's figures spanned up to 45% upwards, against at most ~10% downwards (a neighbour
+  that slows the reference more than the model; docs/benchmarks.md, "check verdicts"). A fail
+  therefore stands only when every measurement says so; a pass needs one measurement clear of the
+  limit, and the between-run band (``spread``) keeps the downward side marginal.
 - a marginal memory figure (it hardly moves between runs), once; the verdict follows the new value
   and stays marked marginal.
 

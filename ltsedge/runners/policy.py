@@ -104,9 +104,10 @@ STATE_FLOOR = 0.03  # a run's calibration closer than this to the pinned one is 
 # relative speeds): a pin measures the moment it was taken. A figure is made of the pairs timed while
 # the compute reference ran at its quiet speed, and moved a median 2.3% between a quiet and a loaded
 # run (docs/benchmarks.md, "Repeatability"); a pin in a bad moment made every budget within 33% of its
-# figure marginal. Load is what ``check``'s confirmations handle (check/verdict.py); the band is capped
-# at about twice that median.
-FIGURE_SPREAD_CAP = 0.05
+# figure marginal. Load is what ``check``'s confirmations handle (check/verdict.py); the band covers how
+# far a figure moves between runs, capped at issue 21's target for that (3%). Capped at 5%, a model
+# 4.8% under its budget read marginal (a CI fail) under the check-verdicts benchmark's load.
+FIGURE_SPREAD_CAP = 0.03
 
 
 @dataclass(frozen=True)
