@@ -222,6 +222,9 @@ class Check:
             self.error = m.error or "measurement failed"
             return
         value = value_of(self.metric, m)
+        if remeasured and value is None:  # e.g. the counter went unreadable: the earlier figure stands
+            self.notes.append("re-measurement without this figure; verdict from the earlier measurement")
+            return
         if remeasured:
             self.measurements += 1
             self.remeasured = True
