@@ -9,10 +9,11 @@ A doubtful verdict is measured again with a stricter repeat policy, in a fresh w
   ``CONFIRMATIONS`` times while it stays so; the verdict is decided on the *lowest* of its figures.
   Contention on a shared machine mostly adds time, and a neighbour that streams memory slows a
   model without slowing the compute reference beside it: under the check-verdicts benchmark's
-  neighbour a model's figures spanned up to 45% upwards, against at most ~10% downwards (a neighbour
-  that slows the reference more than the model; docs/benchmarks.md, "check verdicts"). A fail
-  therefore stands only when every measurement says so; a pass needs one measurement clear of the
-  limit, and the between-run band (``spread``) keeps the downward side marginal.
+  neighbour a model's first measurements read up to 45% above its quiet figure and up to 18% below it
+  (a neighbour that slows the reference more than the model; docs/benchmarks.md, "check verdicts").
+  A fail therefore stands only when every measurement says so; a pass needs one measurement clear of
+  the limit and of its band. The downward side is held only by the band and a ``--marginal fail``
+  policy: a model over its budget whose lowest figure lands inside the band is marginal, a fail in CI.
 - a marginal memory figure (it hardly moves between runs), once; the verdict follows the new value
   and stays marked marginal.
 
