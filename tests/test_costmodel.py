@@ -59,6 +59,9 @@ def test_adaptive_embeddings_shrink_the_output_layer_and_memory_counts_it():
     assert latency_features(adaptive, shapes)["output_macs"] < latency_features(plain, shapes)["output_macs"]
     m = memory_features(plain, {"prefill": shapes})
     assert m["embedding_mb"] == 4 * count_params(plain).embedding_params / 2**20
+    # the adaptive softmax's per-cluster log-probabilities: logits-sized buffers a tied output does not hold
+    a = memory_features(adaptive, {"prefill": shapes})
+    assert m["adaptive_logits_mb"] == 0 and a["adaptive_logits_mb"] == a["logits_mb"] == m["logits_mb"] > 0
 
 
 # --- the fit -------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ element-wise work. The weights (seconds per unit on this machine) are learned (`
 counts here are exact arithmetic on the architecture, no torch, no export.
 
 Peak memory likewise: the weights held, the KV cache at the workload's context, the largest
-activations (logits over the vocabulary, the FFN's inner width) and a fixed part for the runtime.
+activations (logits over the vocabulary, the FFN's inner width; an adaptive softmax's per-cluster
+log-probabilities) and a fixed part for the runtime.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ MB = 2**20
 
 LATENCY_FEATURES = ("runs", "kernels", "heads", "dense_macs", "weight_bytes", "attention_macs", "cache_bytes",
                     "elementwise", "output_macs")
-MEMORY_FEATURES = ("fixed", "decoder_mb", "embedding_mb", "output_mb", "cache_mb", "activation_mb", "logits_mb")
+MEMORY_FEATURES = ("fixed", "decoder_mb", "embedding_mb", "output_mb", "cache_mb", "activation_mb", "logits_mb",
+                   "adaptive_logits_mb")
 
 
 @dataclass(frozen=True)
@@ -90,4 +92,9 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
         "cache_mb": cache / MB,
         "activation_mb": FLOAT_BYTES * widest.batch * widest.tokens * max(3 * d, inner) / MB,
         "logits_mb": FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB,
+        # An adaptive softmax computes the head's and each tail cluster's log-probabilities and joins them:
+        # logits-sized buffers a tied output does not hold (fitted: about three). Without this term the
+        # fit inflated its fixed part and missed small models by up to 38% (docs/benchmarks.md).
+        "adaptive_logits_mb": FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB if arch.adaptive
+        else 0.0,
     }
