@@ -7,13 +7,10 @@ max_regression)). A value within its uncertainty of the limit is *marginal*, mar
 A doubtful verdict is measured again with a stricter repeat policy, in a fresh worker (``api.py``):
 - a timed figure (latency, prefill, decode) that is marginal *or over its limit*, up to
   ``CONFIRMATIONS`` times while it stays so; the verdict is decided on the *lowest* of its figures.
-  Contention on a shared machine mostly adds time, and a neighbour that streams memory slows a
-  model without slowing the compute reference beside it: under the check-verdicts benchmark's
-  neighbour a model's first measurements read up to 45% above its quiet figure and up to 18% below it
-  (a neighbour that slows the reference more than the model; docs/benchmarks.md, "check verdicts").
-  A fail therefore stands only when every measurement says so; a pass needs one measurement clear of
-  the limit and of its band. The downward side is held only by the band and a ``--marginal fail``
-  policy: a model over its budget whose lowest figure lands inside the band is marginal, a fail in CI.
+  Contention mostly adds time (a neighbour streaming memory slows a model, not the compute reference):
+  under the check-verdicts benchmark's neighbour a first measurement read up to 45% above a model's
+  quiet figure, and up to 18% below it (docs/benchmarks.md). So a fail stands only when every
+  measurement says so; the downward side is held only by the band and ``--marginal fail``.
 - a marginal memory figure (it hardly moves between runs), once; the verdict follows the new value
   and stays marked marginal.
 
