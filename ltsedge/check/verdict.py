@@ -11,8 +11,7 @@ A doubtful verdict is measured again with a stricter repeat policy, in a fresh w
   under the check-verdicts benchmark's neighbour a first measurement read up to 45% above a model's
   quiet figure, and up to 18% below it (docs/benchmarks.md). So a fail stands only when every
   measurement says so; the downward side is held only by the band and ``--marginal fail``.
-- a marginal memory figure (it hardly moves between runs), once; the verdict follows the new value
-  and stays marked marginal.
+- a marginal memory figure (it hardly moves between runs), once; it follows the new value, still marginal.
 
 Between runs: a timed figure is ratio x the machine's pinned calibration, and its ratio still moves
 between runs by more than one run's interval says (a busy neighbour does not slow the model and the
@@ -146,8 +145,7 @@ class Check:
     source: str  # where the budget came from, or "previous x 1.10"
     value: float | None = None
     uncertainty: float | None = None  # absolute, of the value decided on
-    marginal: bool = False  # within its uncertainty of the limit (in either measurement)
-    remeasured: bool = False
+    marginal: bool = False  # within its uncertainty of the limit (timed: the decided measurement; memory: either)
     measurements: int = 1  # judged: the first and the re-measurements that succeeded
     decided_on: int = 0  # the measurement the value is from: 0 the first, k the k-th re-measurement
     first_value: float | None = None  # before re-measuring
@@ -210,9 +208,8 @@ class Check:
         return (self.value - self.previous) / self.previous
 
     def decide(self, m: Measurement, tolerance: float, *, remeasured: int = 0) -> None:
-        """Judge ``m``, the first measurement or (``remeasured``: its number) a re-measurement. On a
-        re-measurement a timed figure is decided on the lower of the two (the module's docstring), a
-        memory figure on the new one, staying marked marginal."""
+        """Judge ``m``, the first measurement or (``remeasured``: its number) a re-measurement: a timed
+        figure is decided on the lower figure, a memory figure on the new one (the module's docstring)."""
         if not m.ok:
             if remeasured:  # keep the verdict so far: a failed re-run says nothing about the value
                 self.notes.append(f"re-measurement failed ({m.error}); verdict from the earlier measurement")
@@ -225,8 +222,7 @@ class Check:
             return
         if remeasured:
             self.measurements += 1
-            self.remeasured = True
-            if self.metric in TIMED and value is not None and self.value is not None and value >= self.value:
+            if self.metric in TIMED and self.value is not None and value >= self.value:
                 return  # this one read slower: the lower figure still decides
             self.decided_on = remeasured
         else:
@@ -240,6 +236,10 @@ class Check:
             return
         close = is_marginal(self.metric, m, self.limit, tolerance, self.band)
         self.marginal = close if self.metric in TIMED else (self.marginal or close)
+
+    @property
+    def remeasured(self) -> bool:  # derived: a re-measurement that succeeded was judged
+        return self.measurements > 1
 
     @property
     def doubtful(self) -> bool:
