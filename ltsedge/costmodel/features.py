@@ -82,6 +82,7 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
     widest = max(workloads.values(), key=lambda s: s.tokens)
     inner = max((arch.d_inner[i] for i in range(arch.n_layer) if arch.has_ffn(i)), default=0)
     cache = 2 * FLOAT_BYTES * largest.batch * (largest.past + largest.tokens) * d * len(arch.attention_layers)
+    logits_mb = FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB
     return {
         "fixed": 1.0,
         # Decoder weights are MatMul weights, which onnxruntime may pre-pack (a second copy); the
@@ -91,10 +92,9 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
         "output_mb": FLOAT_BYTES * output_weights(arch) / MB,
         "cache_mb": cache / MB,
         "activation_mb": FLOAT_BYTES * widest.batch * widest.tokens * max(3 * d, inner) / MB,
-        "logits_mb": FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB,
+        "logits_mb": logits_mb,
         # An adaptive softmax computes the head's and each tail cluster's log-probabilities and joins them:
         # logits-sized buffers a tied output does not hold (fitted: about three). Without this term the
         # fit inflated its fixed part and missed small models by up to 38% (docs/benchmarks.md).
-        "adaptive_logits_mb": FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB if arch.adaptive
-        else 0.0,
+        "adaptive_logits_mb": logits_mb if arch.adaptive else 0.0,
     }
