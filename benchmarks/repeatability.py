@@ -21,6 +21,8 @@ worker process from its spread between two.
 ``--estimators`` keeps every workload's paired samples and judges, on the same samples, other ways of
 turning them into one ratio (the median of the per-pair ratios is what ltsedge reports): which of them
 repeats between a quiet and a loaded run without losing what it has between two quiet ones.
+Three of them use no reference at all (the model's own samples: what a figure through the pin would
+be if nothing were timed beside the model).
 
     python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
                                        [--conditions quiet quiet loaded] [--estimators] [--twice]
@@ -99,6 +101,10 @@ ESTIMATORS = {
     "q10(model) / q10(reference)": lambda m, r: np.quantile(m, 0.10) / np.quantile(r, 0.10),
     "min(model) / min(reference)": lambda m, r: m.min() / r.min(),
     "median(model) / median(reference)": lambda m, r: np.median(m) / np.median(r),
+    # No reference at all: the model's own milliseconds (the pin turns them into a ratio by a constant).
+    "the model alone: median": lambda m, r: np.median(m),
+    "the model alone: q10": lambda m, r: np.quantile(m, 0.10),
+    "the model alone: min": lambda m, r: m.min(),
 }
 
 
