@@ -59,9 +59,13 @@ def test_adaptive_embeddings_shrink_the_output_layer_and_memory_counts_it():
     assert latency_features(adaptive, shapes)["output_macs"] < latency_features(plain, shapes)["output_macs"]
     m = memory_features(plain, {"prefill": shapes})
     assert m["embedding_mb"] == 4 * count_params(plain).embedding_params / 2**20
-    # the adaptive softmax's per-cluster log-probabilities: logits-sized buffers a tied output does not hold
+    # the adaptive softmax's log-probabilities: logits-sized buffers a tied output does not hold, counted
+    # apart for the one-table output (div_val 1: every logit at once, then split) and per-cluster tables
     a = memory_features(adaptive, {"prefill": shapes})
-    assert m["adaptive_logits_mb"] == 0 and a["adaptive_logits_mb"] == a["logits_mb"] == m["logits_mb"] > 0
+    split = memory_features(tiny_arch(d_model=64, d_embed=32, div_val=1), {"prefill": shapes})
+    assert m["adaptive_split_logits_mb"] == m["adaptive_cluster_logits_mb"] == 0
+    assert a["adaptive_split_logits_mb"] == 0 and a["adaptive_cluster_logits_mb"] == a["logits_mb"] == m["logits_mb"] > 0
+    assert split["adaptive_cluster_logits_mb"] == 0 and split["adaptive_split_logits_mb"] == m["logits_mb"]
 
 
 # --- the fit -------------------------------------------------------------------------------------

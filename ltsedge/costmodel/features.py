@@ -25,7 +25,7 @@ MB = 2**20
 LATENCY_FEATURES = ("runs", "kernels", "heads", "dense_macs", "weight_bytes", "attention_macs", "cache_bytes",
                     "elementwise", "output_macs")
 MEMORY_FEATURES = ("fixed", "decoder_mb", "embedding_mb", "output_mb", "cache_mb", "activation_mb", "logits_mb",
-                   "adaptive_logits_mb")
+                   "adaptive_split_logits_mb", "adaptive_cluster_logits_mb")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,11 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
         "activation_mb": FLOAT_BYTES * widest.batch * widest.tokens * max(3 * d, inner) / MB,
         "logits_mb": logits_mb,
         # An adaptive softmax computes the head's and each tail cluster's log-probabilities and joins them:
-        # logits-sized buffers a tied output does not hold (fitted: about three). Without this term the
-        # fit inflated its fixed part and missed small models by up to 38% (docs/benchmarks.md).
-        "adaptive_logits_mb": logits_mb if arch.adaptive else 0.0,
+        # logits-sized buffers a tied output does not hold. With div_val 1 it computes every word logit
+        # at once and splits them (backbones/adaptive/graph.py): one such buffer more than with div_val
+        # > 1, where each cluster's logits are computed on their own (fitted: about 3.8 against 2.7).
+        # Without these terms the fit missed small models by up to 38%, with one term for both by up to
+        # 15% (docs/benchmarks.md).
+        "adaptive_split_logits_mb": logits_mb if arch.adaptive and arch.div_val == 1 else 0.0,
+        "adaptive_cluster_logits_mb": logits_mb if arch.adaptive and arch.div_val > 1 else 0.0,
     }
