@@ -201,8 +201,11 @@ class Smoke:
 
     def check_models(self) -> str:
         pattern = self.work / "out" / "models" / "**" / "*.onnx"  # model files or bundles (DIR/model.onnx)
-        models = sorted(glob.glob(str(pattern), recursive=True))
-        check(models, f"no {pattern} to check")
+        found = sorted(glob.glob(str(pattern), recursive=True))
+        check(found, f"no {pattern} to check")
+        # Two models prove that check measures several on aarch64. All of them would tie the step's time to the
+        # frontier's size, which varies from run to run (6 models took 235 s under emulation, 8 ran past 300 s).
+        models = found[:1] + found[-1:] if len(found) > 1 else found
         proc = self.ltsedge("check", models=models)
         check(proc.returncode == 0, f"`ltsedge check` exited {proc.returncode} (expected 0: budgets are huge)")
         r = _json_output(proc.stdout, "check")
@@ -210,7 +213,7 @@ class Smoke:
         check(len(results) >= len(models), f"check --json reports {len(results)} measurements for {len(models)} models")
         for m in results:
             _check_measurement(m, "check --json")
-        return f"{len(models)} models within budget"
+        return f"{len(models)} of {len(found)} frontier models within budget"
 
 
 def _show(label: str, text) -> None:
