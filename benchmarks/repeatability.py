@@ -24,13 +24,18 @@ repeats between a quiet and a loaded run without losing what it has between two 
 Three of them use no reference at all (the model's own samples: what a figure through the pin would
 be if nothing were timed beside the model).
 
+``--decode-references bandwidth none`` times the decode step both ways (the profile's ``decode_reference``),
+one worker per way, side by side in every run: which repeats on this machine, measured in one run.
+
     python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
                                        [--conditions quiet quiet loaded] [--estimators] [--twice]
+                                       [--decode-references bandwidth none]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import statistics
 import sys
@@ -45,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference_choice import load  # noqa: E402  (the competing neighbour)
 
 from ltsedge.devices import load_profile
+from ltsedge.devices.profile import DECODE_REFERENCES
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.proxy import count_params
@@ -108,25 +114,28 @@ ESTIMATORS = {
 }
 
 
-def measure_all(archs, profile, tmp: Path, order, variant: str = "forward", pinned=None,
-                samples: dict | None = None, again: dict | None = None) -> dict:
-    """Each model of ``order`` measured once in one fresh worker (and, given ``again``, a second time
-    right after, into it: how far a figure moves within one worker process)."""
-    out = {}
-    with SampleKeepingRunner(profile, log=lambda m: print("   ", m), pinned=pinned) as runner:
-        for i in order:
+def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pinned=None,
+                samples: dict | None = None, again: dict | None = None) -> list[dict]:
+    """Each model of ``order`` measured once in one fresh worker per profile (side by side: model after
+    model, the profiles' order alternating), and, given ``again``, a second time right after by the first
+    profile's (how far a figure moves within one worker process). ``samples``: the first profile's."""
+    outs = [{} for _ in profiles]
+    with contextlib.ExitStack() as stack:
+        runners = [stack.enter_context(SampleKeepingRunner(p, log=lambda m: print("   ", m), pinned=pinned))
+                   for p in profiles]
+        for n, i in enumerate(order):
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)
-            m = runner.measure(path)
-            if again is not None:
-                again[i] = runner.measure(path)
+            for j in (range(len(runners)) if n % 2 == 0 else reversed(range(len(runners)))):
+                m = outs[j][i] = runners[j].measure(path)
+                if j == 0 and again is not None:
+                    again[i] = runners[j].measure(path)
+                if j == 0 and samples is not None:
+                    samples[i] = {k: (np.array(a), np.array(b)) for k, (a, b) in runners[j].samples.items()}
+                status = f"{m.latency_ms:8.1f} ms {m.peak_memory_mb:7.1f} MB" if m.ok else m.error
+                print(f"  {archs[i].id:<28} {profiles[j].name:<12} {status}", flush=True)
             path.unlink()
-            out[i] = m
-            if samples is not None:
-                samples[i] = {k: (np.array(a), np.array(b)) for k, (a, b) in runner.samples.items()}
-            status = f"{m.latency_ms:8.1f} ms {m.peak_memory_mb:7.1f} MB" if m.ok else m.error
-            print(f"  {archs[i].id:<28} {status}", flush=True)
-    return out
+    return outs
 
 
 def main() -> None:
@@ -142,11 +151,16 @@ def main() -> None:
                         help="measure every model twice in a row in each worker: within- against between-worker spread")
     parser.add_argument("--estimators", action="store_true",
                         help="also judge other estimators of a ratio on the same paired samples")
+    parser.add_argument("--decode-references", nargs="+", choices=DECODE_REFERENCES,
+                        help="time the decode step each of these ways, side by side in every run (the profile's "
+                             "decode_reference)")
     args = parser.parse_args()
     conditions = args.conditions or ["quiet", "loaded" if args.load else "quiet"]
     profile = load_profile(args.device)
     if args.sequence:
         profile = profile.replace(sequence=args.sequence)
+    profiles = [profile.replace(name=f"decode-{r}", decode_reference=r) for r in args.decode_references or ()] \
+        or [profile]
     archs = spread_sample(args.models)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,7 +180,7 @@ def main() -> None:
             if neighbour:
                 neighbour.start()
             try:
-                runs.append(measure_all(archs, profile, Path(tmp), order, args.variant, pinned, kept[-1], agains[-1]))
+                runs.append(measure_all(archs, profiles, Path(tmp), order, args.variant, pinned, kept[-1], agains[-1]))
             finally:
                 stop.set()
                 if neighbour:
@@ -175,10 +189,18 @@ def main() -> None:
     for k, again in enumerate(agains):
         if again is not None:
             print(f"\nrun {k + 1} ({conditions[k]}): each model's first measurement against its second, in one worker:")
-            compare(archs, runs[k], again, args.variant, None, None)
+            compare(archs, runs[k][0], again, args.variant, None, None)
     for k in range(1, len(runs)):
-        print(f"\nrun 1 ({conditions[0]}) against run {k + 1} ({conditions[k]}):")
-        compare(archs, runs[0], runs[k], args.variant, kept[0], kept[k])
+        for j, p in enumerate(profiles):
+            print(f"\nrun 1 ({conditions[0]}) against run {k + 1} ({conditions[k]}), {p.name}:")
+            compare(archs, runs[0][j], runs[k][j], args.variant, kept[0] if j == 0 else None,
+                    kept[k] if j == 0 else None)
+    for k, run in enumerate(runs if len(profiles) > 1 else ()):
+        ok = [i for i in run[0] if all(r[i].ok for r in run)]
+        for j in range(1, len(profiles)):
+            ratio = [run[j][i].latency_ms / run[0][i].latency_ms for i in ok]
+            print(f"run {k + 1}: {profiles[j].name} ms / {profiles[0].name} ms, median {statistics.median(ratio):.3f} "
+                  f"(range {min(ratio):.3f}-{max(ratio):.3f})")
 
 
 def compare(archs, first: dict, second: dict, variant: str, first_samples: dict | None,

@@ -98,7 +98,9 @@ def measurement_settings(profile, shapes: dict | None = None, variant: str = DEF
         settings["context"] = profile.context
         # Decode ratios are to the bandwidth reference since it was added (runners/reference.py): figures
         # timed beside the compute reference are of another unit, and never answer for these.
-        if any(w.variant == variant and w.reference == "bandwidth" for w in WORKLOADS.values()):
+        # A profile that times decode alone says so in its settings (decode_reference = "none").
+        if profile.decode_reference == "bandwidth" and any(
+                w.variant == variant and w.reference == "bandwidth" for w in WORKLOADS.values()):
             settings["bandwidth_reference"] = BANDWIDTH_VERSION
     return settings
 

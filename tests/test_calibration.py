@@ -267,6 +267,32 @@ def test_a_decode_step_is_timed_beside_the_bandwidth_reference_in_one_unit_with_
     assert 0.5 * run.reference_ms < prefill["reference_ms"] < 3 * run.reference_ms  # beside the compute one
 
 
+def test_a_profile_can_time_a_decode_step_alone_in_the_pinned_unit(tmp_path):
+    from ltsedge.architecture import Architecture
+    from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
+
+    arch = Architecture(n_layer=1, d_model=64, n_head=[2], d_inner=[128], vocab_size=300, n_positions=64)
+    data = export_model(arch, ExportOptions(variant="generate")).to_bytes()
+    pinned = PinnedCalibration(0.5, 0.0, 0.0, (0.5,), bandwidth_ms=4.0)
+    with Runner(FAST.replace(context=16, decode_reference="none"), pinned=pinned) as runner:
+        m = runner.measure(data)
+    assert m.ok and m.drift is None
+    decode, prefill = m.workloads["decode"], m.workloads["prefill"]
+    assert (decode["reference"], prefill["reference"]) == ("none", "compute")
+    # No reference beside it: its "reference samples" are the pinned calibration, so its milliseconds are
+    # its own (the median of its samples) and its ratio is them over the pin, in the unit of every figure.
+    assert decode["reference_scale"] == decode["reference_ms"] == 0.5
+    assert decode["latency_ms"] == pytest.approx(decode["uncalibrated_latency_ms"])
+    assert decode["latency_ratio"] == pytest.approx(decode["latency_ms"] / 0.5)
+    assert decode["pairs_timed"] >= FAST.min_runs and 0 < decode["latency_ms"] < 100
+    # Pinned again at 0.25 ms: the same milliseconds, the ratio in the new unit.
+    again = m.rescaled(0.25, bandwidth_scale=0.125)
+    assert again.decode_latency_ms == pytest.approx(m.decode_latency_ms)
+    assert again.ratio("decode") == pytest.approx(2 * m.ratio("decode"))
+    assert again.prefill_latency_ms == pytest.approx(m.prefill_latency_ms / 2)  # beside the compute reference
+
+
 # ---------------------------------------------------------------------------------------------
 # check: marginal within the machine's between-run spread
 # ---------------------------------------------------------------------------------------------

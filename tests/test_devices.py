@@ -214,6 +214,8 @@ def test_wrong_types_name_key_value_and_type(tmp_path, text, expected):
     ("[thermal]\ncooldown_s = -2\n", "cooldown_s = -2.0 is out of range: must be >= 0"),
     ('[runtime]\ngraph_optimization = "max"\n', 'graph_optimization = "max" is out of range: must be one of disable'),
     ('[runtime]\nexecution_mode = "async"\n', 'execution_mode = "async" is out of range: must be one of sequential'),
+    ('[repeats]\ndecode_reference = "compute"\n',
+     'decode_reference = "compute" is out of range: must be one of bandwidth, none'),
     ('[export]\ntarget_ort = "latest"\n', "target_ort: onnxruntime version 'latest' is not a version number"),
 ])
 def test_out_of_range_values(tmp_path, text, expected):

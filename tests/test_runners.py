@@ -358,6 +358,16 @@ def test_reference_samples_are_recorded_times_the_scale():
     assert scaled.ratios == pytest.approx([4 * r for r in plain.ratios])
 
 
+def test_a_model_timed_alone_records_the_scale_as_its_reference_and_takes_no_reference_runs():
+    settings = SimpleNamespace(warmup=0, min_runs=4, max_runs=4, max_seconds=10.0, tolerance=0.5)
+    reference_runs = []
+    beside = timing.time_paired(lambda: None, lambda: reference_runs.append(1), 1.0, settings, clock=SteppingClock())
+    assert reference_runs
+    alone = timing.time_paired(lambda: None, None, 0.0, settings, reference_scale=0.5, clock=SteppingClock())
+    assert len(alone.model_ms) == 4 and alone.reference_ms == [0.5] * 4
+    assert alone.ratios == pytest.approx([m / 0.5 for m in alone.model_ms]) and len(beside.model_ms) == 4
+
+
 @pytest.mark.parametrize("code, oom_before, oom_after, log, expected", [
     (-9, 3, 4, "", "out of memory (killed by the kernel)"),
     (-9, 3, 3, "", "killed by SIGKILL (out of memory?)"),

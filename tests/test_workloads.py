@@ -99,6 +99,10 @@ def test_a_decode_figure_is_keyed_by_its_reference_and_every_figure_by_the_pairs
     profile = load_profile("cpu")
     assert WORKLOADS["decode"].reference == "bandwidth" and WORKLOADS["prefill"].reference == "compute"
     assert measurement_settings(profile, variant="generate")["bandwidth_reference"] == BANDWIDTH_VERSION
+    # A decode step timed alone: its own key, which names no bandwidth reference.
+    alone = measurement_settings(profile.replace(decode_reference="none"), variant="generate")
+    assert alone["decode_reference"] == "none" and "bandwidth_reference" not in alone
+    assert "decode_reference" not in profile.settings()  # the default keeps the keys of earlier figures
     # Forward keys predate both references; a figure made of all pairs' ratios never answers for one
     # made of the quiet pairs'.
     assert measurement_settings(profile) == {**profile.settings(), "pairs": PAIRS_METHOD}

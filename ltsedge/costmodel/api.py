@@ -69,7 +69,8 @@ def predict(arch: Architecture, setting: Setting, store_path: Path | None = None
     with MeasurementStore(store_path) as store:
         pinned = stored_pin(store, fingerprint, profile)  # decode ratios in the machine's current unit
         samples = load_samples(store, arch, fingerprint, profile, target, variant,
-                               bandwidth_scale=pinned.calibration.bandwidth_scale if pinned else None)
+                               bandwidth_scale=pinned.calibration.bandwidth_scale if pinned else None,
+                               calibration_ms=pinned.calibration.reference_ms if pinned else None)
     model = CostModel(samples, profile, variant)
     if not model.ready:
         raise LtsedgeError(f"no cost model for this machine and these settings ({len(model.samples)} measured "
@@ -117,8 +118,9 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
             evaluator.evaluate(archs[i : i + 5], generation=0)
             log(f"{min(i + 5, len(archs))}/{len(archs)} architectures measured or found in the store")
         target = target_for(setting.target_ort or profile.target_ort)
+        calibration = runner.calibrate()
         found = load_samples(store, archs[0], runner.fingerprint(), profile, target, variant,
-                             bandwidth_scale=runner.calibrate().bandwidth_scale)
+                             bandwidth_scale=calibration.bandwidth_scale, calibration_ms=calibration.reference_ms)
     model = CostModel(found, profile, variant)
     failed = sum(not c.ok for c in evaluator.candidates())
     return {"samples": len(model.samples), "failed": failed, "variant": variant, "ready": model.ready,

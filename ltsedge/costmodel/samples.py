@@ -42,13 +42,15 @@ def policies(profile) -> tuple:
 
 
 def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                 precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None) -> list[tuple]:
+                 precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None,
+                 calibration_ms: float | None = None) -> list[tuple]:
     """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
     export target, variant and precision, machine, settings, onnxruntime) at any of the profile's
     ``policies``: the candidates a search exports with ``ExportOptions(variant, target.runtime,
     precision)``, keyed by it. One sample per architecture: the most precise of its figures. Decode
-    ratios in the unit of ``bandwidth_scale`` (the machine's pin) where given: figures stored under an
-    earlier pin are converted (``Measurement.rescaled``)."""
+    ratios in the unit of ``bandwidth_scale`` and ``calibration_ms`` (the machine's pin) where given:
+    figures stored under an earlier pin are converted (``Measurement.rescaled``; a decode step timed alone
+    has its ratio in the calibration's unit)."""
     options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision, quantization=quantization)
     model_key = options.model_key(like)
     found: dict[str, tuple] = {}
@@ -61,11 +63,13 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
             except LtsedgeError:
                 continue  # an architecture this version no longer accepts: not a sample
             measurement = Measurement.from_record(measurement)
-            found.setdefault(arch.id, (arch, measurement.rescaled(measurement.calibration_ms, bandwidth_scale)))
+            found.setdefault(arch.id, (arch, measurement.rescaled(calibration_ms or measurement.calibration_ms,
+                                                                   bandwidth_scale)))
     return list(found.values())
 
 
 def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                    precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None) -> CostModel:
+                    precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None,
+                    calibration_ms: float | None = None) -> CostModel:
     return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision, quantization,
-                                  bandwidth_scale), profile, variant)
+                                  bandwidth_scale, calibration_ms), profile, variant)

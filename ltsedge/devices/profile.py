@@ -29,7 +29,10 @@ SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter
             "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
 # Settings added after stores held figures, with the value every figure before them was measured at: in
 # the key only when set to something else, so those figures keep their keys.
-LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0}
+LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0, "decode_reference": "bandwidth"}
+# What a decode step is timed beside (runners/timing.py): the bandwidth reference, or nothing (its own
+# milliseconds through the pinned calibration). Which repeats better depends on the host: docs/measurement.md.
+DECODE_REFERENCES = ("bandwidth", "none")
 MAX_MMAP_THRESHOLD_KB = 32 * 1024  # glibc's ceiling on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 
 
@@ -63,6 +66,7 @@ class DeviceProfile:
     max_seconds: float = 30.0  # of timed runs
     tolerance: float = 0.02  # stop once the median is known within +-2% (95% confidence)
     drift_check_every: int = 10  # re-time the reference model every N models (0 = never)
+    decode_reference: str = "bandwidth"  # bandwidth | none: what a decode step is timed beside
     # [limits]
     timeout_s: float = 600.0  # per model: load + warm-up + timed runs
     memory_limit_mb: float | None = None  # kill the worker above this RSS
@@ -190,6 +194,8 @@ def _check_ranges(p: DeviceProfile) -> None:
         raise bad("graph_optimization", f"one of {', '.join(GRAPH_OPTIMIZATIONS)}")
     if p.execution_mode not in EXECUTION_MODES:
         raise bad("execution_mode", f"one of {', '.join(EXECUTION_MODES)}")
+    if p.decode_reference not in DECODE_REFERENCES:
+        raise bad("decode_reference", f"one of {', '.join(DECODE_REFERENCES)}")
     for key, low in (("intra_op_threads", 0), ("inter_op_threads", 0), ("batch", 1), ("sequence", 1), ("context", 0),
                      ("warmup", 0), ("min_runs", 1), ("drift_check_every", 0)):
         if getattr(p, key) < low:

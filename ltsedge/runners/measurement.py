@@ -132,11 +132,12 @@ class Measurement:
         took them. A decode ratio's unit is also the compute/bandwidth scale its reference samples were
         recorded in (runners/reference.py): a machine pinned again gets another scale, and a stored
         decode figure is converted by the ratio of the two (one recorded without its scale, by an older
-        version, cannot be and is kept as it is). A failure is returned as it is."""
+        version, cannot be and is kept as it is). A decode step timed alone keeps its milliseconds: its
+        ratio is re-expressed in the new calibration. A failure is returned as it is."""
         old = self.calibration_ms
         if not self.ok or not old:
             return self
-        units = {name: _unit_change(w, bandwidth_scale) for name, w in (self.workloads or {}).items()}
+        units = {name: _unit_change(w, bandwidth_scale, calibration_ms) for name, w in (self.workloads or {}).items()}
         if old == calibration_ms and all(u == 1.0 for u in units.values()):
             return self
         factor = calibration_ms / old
@@ -147,24 +148,28 @@ class Measurement:
         if self.latency_ratio is not None:
             scaled["latency_ratio"] = self.latency_ratio * primary
         workloads = None if self.workloads is None else {
-            name: _rescaled_workload(w, factor, units[name], bandwidth_scale) for name, w in self.workloads.items()}
+            name: _rescaled_workload(w, factor, units[name], calibration_ms if w.get("reference") == "none"
+                                     else bandwidth_scale) for name, w in self.workloads.items()}
         return dataclasses.replace(self, calibration_ms=calibration_ms, workloads=workloads, **scaled)
 
 
-def _unit_change(workload: dict, bandwidth_scale: float | None) -> float:
-    """The factor that takes a workload's ratio from the scale it was recorded in to ``bandwidth_scale``
-    (1 for a workload timed beside the compute reference, or one recorded without its scale)."""
+def _unit_change(workload: dict, bandwidth_scale: float | None, calibration_ms: float) -> float:
+    """The factor that takes a workload's ratio from the scale it was recorded in to the new one:
+    ``bandwidth_scale`` beside the bandwidth reference; ``calibration_ms`` for one timed alone (its ratio is
+    its ms over the calibration it was recorded with, so its milliseconds stay as measured); 1 beside the
+    compute reference, or for one recorded without its scale."""
     recorded = workload.get("reference_scale")
-    if workload.get("reference") != "bandwidth" or not recorded or not bandwidth_scale:
+    new = {"bandwidth": bandwidth_scale, "none": calibration_ms}.get(workload.get("reference"))
+    if not recorded or not new:
         return 1.0
-    return recorded / bandwidth_scale  # samples recorded x scale: the ratio goes as 1 / scale
+    return recorded / new  # samples recorded x scale: the ratio goes as 1 / scale
 
 
-def _rescaled_workload(workload: dict, factor: float, unit: float, bandwidth_scale: float | None) -> dict:
+def _rescaled_workload(workload: dict, factor: float, unit: float, scale: float | None) -> dict:
     out = {**workload, **{k: workload[k] * factor * unit for k in LATENCY_FIELDS if workload.get(k) is not None}}
     if unit != 1.0:
         out["latency_ratio"] = workload["latency_ratio"] * unit
-        out["reference_scale"] = bandwidth_scale
+        out["reference_scale"] = scale
     return out
 
 
@@ -193,7 +198,8 @@ def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | No
     reference, of its quiet pairs: ``stats.figure_ratios``; ``runs`` of the ``pairs_timed``), in ms
     through the run's calibration, with the median's interval and the coverage it really has. A
     workload timed beside the bandwidth reference also records the scale its reference samples were
-    recorded in (``bandwidth_scale``), so its ratio can be converted when the machine is pinned again."""
+    recorded in (``bandwidth_scale``), and one timed alone the calibration it was recorded with (its
+    "reference samples"), so its ratio can be converted when the machine is pinned again."""
     reference = samples.get("reference", "compute")
     ratios = stats.figure_ratios(samples["model_ms"], samples["reference_ms"], reference)
     summary = stats.summarize(ratios)
@@ -208,4 +214,5 @@ def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | No
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
             "coarse": samples.get("coarse", False), "reference": reference,
-            **({"reference_scale": bandwidth_scale} if reference == "bandwidth" else {})}
+            **({"reference_scale": bandwidth_scale} if reference == "bandwidth" else {}),
+            **({"reference_scale": calibration_ms} if reference == "none" else {})}

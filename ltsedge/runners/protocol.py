@@ -37,6 +37,7 @@ class RunSettings:
     tolerance: float
     context: int = 0  # decode workload: tokens in the cache (not in settings(): forward figures ignore it)
     malloc_mmap_threshold_kb: int = 0  # in settings() only when set (profile.LATER_SETTINGS)
+    decode_reference: str = "bandwidth"  # likewise
 
     @classmethod
     def from_profile(cls, profile) -> RunSettings:

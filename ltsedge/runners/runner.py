@@ -168,7 +168,7 @@ class Runner(RunnerCalibration):
         request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile),
                    "shapes": shapes, "reference_path": str(self._reference()),
                    "bandwidth_path": str(self._reference("bandwidth")), "bandwidth_scale": self.bandwidth_scale(),
-                   "race": race}
+                   "calibration_ms": self.calibration.reference_ms, "race": race}
         try:
             reply = worker.request(request, timeout_s=self.profile.timeout_s,
                                    memory_limit_mb=self.profile.memory_limit_mb)
@@ -205,7 +205,9 @@ class Runner(RunnerCalibration):
                                   calibration_ms=self.calibration.reference_ms, peak_memory_mb=reply["peak_memory_mb"],
                                   device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
         reference_ms = primary["reference_ms"]
-        guard = self._guard_for(measurement, reference_ms)
+        if primary["reference"] == "none":  # timed alone: the machine is watched through the compute reference
+            reference_ms = next((f["reference_ms"] for f in figures.values() if f["reference"] == "compute"), None)
+        guard = self._guard_for(measurement, reference_ms) if reference_ms is not None else None
         measurement.drift = guard.change(reference_ms) if guard and guard.drifted(reference_ms) else None
         return measurement
 

@@ -39,7 +39,7 @@ class Timed:
     stopped_early: bool = False  # raced out: dominated beyond its uncertainty, not refined
     runs_per_sample: int = 1
     coarse: bool = False  # timed to a coarse policy: not the objective of a raced search (racing.py)
-    reference: str = "compute"  # the reference timed beside it (Workload.reference)
+    reference: str = "compute"  # the reference timed beside it (Workload.reference), or "none"
 
     @property
     def ratios(self) -> list[float]:
@@ -71,7 +71,7 @@ def timed_sample(run_once: Callable[[], object], runs: int, clock=time.perf_coun
     return (clock() - t0) * 1000 / runs
 
 
-def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object], reference_run_ms: float,
+def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object] | None, reference_run_ms: float,
                 settings, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
                 reference_scale: float = 1.0, clock=time.perf_counter) -> Timed:
     """Warm-up, then paired samples until the median ratio is known within tolerance, the budget is
@@ -79,7 +79,9 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
 
     ``reference_run_ms``: the reference's per-run time, to size its samples like the model's.
     ``reference_scale``: every reference sample is recorded times it (a workload timed beside the
-    bandwidth reference: its samples in the compute reference's milliseconds, see ``reference.py``)."""
+    bandwidth reference: its samples in the compute reference's milliseconds, see ``reference.py``).
+    With no ``reference_once`` the model is timed alone and every "reference sample" is
+    ``reference_scale`` itself (the pinned calibration's ms): its ratios are its own ms in that unit."""
     for _ in range(settings.warmup):
         model_once()
     per_sample, per_run_ms = runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
@@ -88,8 +90,11 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
     timed = Timed(runs_per_sample=per_sample)
     start = clock()
     while True:
+        if reference_once is None:
+            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+            timed.reference_ms.append(reference_scale)
         # Alternate which goes first, so that neither always follows the other's cache state.
-        if len(timed.model_ms) % 2 == 0:
+        elif len(timed.model_ms) % 2 == 0:
             timed.model_ms.append(timed_sample(model_once, per_sample, clock))
             timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock) * reference_scale)
         else:

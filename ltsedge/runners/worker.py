@@ -10,13 +10,15 @@ the measurement of one model.
 Protocol: length-prefixed pickled dicts on stdin (requests) and on the original stdout (replies);
 fd 1 is then pointed at stderr, so a stray print from a library cannot corrupt the stream.
   -> {"cmd": "measure", "path": ..., "run": RunSettings, "shapes": {...}, "reference_path": ...,
-      "bandwidth_path": ..., "bandwidth_scale": float, "race": Race}
+      "bandwidth_path": ..., "bandwidth_scale": float, "calibration_ms": float, "race": Race}
   <- {"ok": True, "workloads": {name: paired samples}, ...} or {"ok": False, "error": "failed to load: ..."}
   -> {"cmd": "calibrate", "run": RunSettings, "reference_path": ..., "bandwidth_path": ..., "seconds": 1.0}
   <- {"ok": True, "reference_ms": [...], "bandwidth_ms": [...]}
 Each workload is timed beside its reference (``Workload.reference``: the compute one, or the bandwidth
 one for a decode step, whose samples are recorded times ``bandwidth_scale``: in the compute reference's
-milliseconds).
+milliseconds). A profile with ``decode_reference = "none"`` times a decode step alone: its "reference
+samples" are the request's ``calibration_ms`` (the parent's pinned calibration), so its ratio is its own
+milliseconds in the compute reference's unit.
   -> {"cmd": "exit"}  (or EOF)
 On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
 
@@ -166,9 +168,12 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                 run_once = make_run_once(session, feeds, settings)
                 policy = race.secondary(settings) if coarse else settings
                 kind = WORKLOADS[workload].reference if workload in WORKLOADS else "compute"
-                kind = kind if kind in refs else "compute"  # a parent that sends no bandwidth reference
-                scale = request.get("bandwidth_scale", 1.0) if kind == "bandwidth" else 1.0
-                result = _time(run_once, refs[kind], scale, policy, race if raced else None, baseline)
+                if kind == "bandwidth" and settings.decode_reference == "none" and request.get("calibration_ms"):
+                    kind, scale = "none", request["calibration_ms"]  # timed alone, in the pinned unit
+                else:
+                    kind = kind if kind in refs else "compute"  # a parent that sends no bandwidth reference
+                    scale = request.get("bandwidth_scale", 1.0) if kind == "bandwidth" else 1.0
+                result = _time(run_once, refs.get(kind), scale, policy, race if raced else None, baseline)
                 result.coarse, result.reference = coarse, kind
             except Exception as e:  # noqa: BLE001
                 reply["error"] = f"failed to run ({workload}): {first_line(e)}"
@@ -196,15 +201,16 @@ def _ordered(workloads: tuple[str, ...], race: Race | None) -> list[str]:
     return sorted(workloads, key=lambda w: w != (race.workload if race else None))
 
 
-def _time(run_once, ref: Reference, scale: float, settings: RunSettings, race: Race | None,
+def _time(run_once, ref: Reference | None, scale: float, settings: RunSettings, race: Race | None,
           baseline: int) -> timing.Timed:
     def settled(timed: timing.Timed) -> bool:
         peak = peak_rss_bytes()
         memory_mb = max(0.0, (peak - baseline) / MB) if peak is not None else None
         return race.settled(timed.ratios, memory_mb)
 
-    return timing.time_paired(run_once, ref.run_once, ref.run_ms, settings, reference_scale=scale,
-                              first_estimate=race.first_estimate if race else None, stop_early=settled if race else None)
+    return timing.time_paired(run_once, ref.run_once if ref else None, ref.run_ms if ref else 0.0, settings,
+                              reference_scale=scale, first_estimate=race.first_estimate if race else None,
+                              stop_early=settled if race else None)
 
 
 def _test_fault(session) -> None:

@@ -175,9 +175,10 @@ class CandidateEvaluator:
         if self.stats.measured + self.stats.cached == self._fitted_on:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
+        calibration = self.runner.calibrate()
         self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.target, self.variant,
                                         self.precision, self.export.quantization,
-                                        self.runner.calibrate().bandwidth_scale))
+                                        calibration.bandwidth_scale, calibration.reference_ms))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)
