@@ -137,7 +137,8 @@ class Measurement:
         old = self.calibration_ms
         if not self.ok or not old:
             return self
-        units = {name: _unit_change(w, bandwidth_scale, calibration_ms) for name, w in (self.workloads or {}).items()}
+        scales = _reference_scales(bandwidth_scale, calibration_ms)
+        units = {name: _unit_change(w, scales) for name, w in (self.workloads or {}).items()}
         if old == calibration_ms and all(u == 1.0 for u in units.values()):
             return self
         factor = calibration_ms / old
@@ -148,18 +149,24 @@ class Measurement:
         if self.latency_ratio is not None:
             scaled["latency_ratio"] = self.latency_ratio * primary
         workloads = None if self.workloads is None else {
-            name: _rescaled_workload(w, factor, units[name], calibration_ms if w.get("reference") == "none"
-                                     else bandwidth_scale) for name, w in self.workloads.items()}
+            name: _rescaled_workload(w, factor, units[name], scales.get(w.get("reference")))
+            for name, w in self.workloads.items()}
         return dataclasses.replace(self, calibration_ms=calibration_ms, workloads=workloads, **scaled)
 
 
-def _unit_change(workload: dict, bandwidth_scale: float | None, calibration_ms: float) -> float:
-    """The factor that takes a workload's ratio from the scale it was recorded in to the new one:
-    ``bandwidth_scale`` beside the bandwidth reference; ``calibration_ms`` for one timed alone (its ratio is
-    its ms over the calibration it was recorded with, so its milliseconds stay as measured); 1 beside the
-    compute reference, or for one recorded without its scale."""
+def _reference_scales(bandwidth_scale: float | None, calibration_ms: float) -> dict[str, float | None]:
+    """The scale a workload's reference samples are recorded in, by its reference: beside the bandwidth
+    reference the compute/bandwidth scale; timed alone the calibration (its ratio is its ms over it, so its
+    milliseconds stay as measured when re-pinned). Beside the compute reference none: its samples are
+    its own."""
+    return {"bandwidth": bandwidth_scale, "none": calibration_ms}
+
+
+def _unit_change(workload: dict, scales: dict[str, float | None]) -> float:
+    """The factor that takes a workload's ratio from the scale it was recorded in to the new one of
+    ``scales`` (``_reference_scales``): 1 beside the compute reference, or for one recorded without its scale."""
     recorded = workload.get("reference_scale")
-    new = {"bandwidth": bandwidth_scale, "none": calibration_ms}.get(workload.get("reference"))
+    new = scales.get(workload.get("reference"))
     if not recorded or not new:
         return 1.0
     return recorded / new  # samples recorded x scale: the ratio goes as 1 / scale
@@ -201,6 +208,7 @@ def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | No
     recorded in (``bandwidth_scale``), and one timed alone the calibration it was recorded with (its
     "reference samples"), so its ratio can be converted when the machine is pinned again."""
     reference = samples.get("reference", "compute")
+    scales = _reference_scales(bandwidth_scale, calibration_ms)
     ratios = stats.figure_ratios(samples["model_ms"], samples["reference_ms"], reference)
     summary = stats.summarize(ratios)
     low, high, coverage = stats.interval_with_coverage(sorted(ratios))
@@ -214,5 +222,4 @@ def calibrated(samples: dict, calibration_ms: float, bandwidth_scale: float | No
             "reference_ms": stats.summarize(samples["reference_ms"])["latency_ms"],
             "uncalibrated_latency_ms": stats.summarize(samples["model_ms"])["latency_ms"],
             "coarse": samples.get("coarse", False), "reference": reference,
-            **({"reference_scale": bandwidth_scale} if reference == "bandwidth" else {}),
-            **({"reference_scale": calibration_ms} if reference == "none" else {})}
+            **({"reference_scale": scales[reference]} if reference in scales else {})}
