@@ -187,6 +187,47 @@ def test_the_drift_guard_keeps_to_the_run_s_own_calibration():
     assert m.latency_ms == pytest.approx(20.0)  # the ratio cancels it; ms through the pinned scale
 
 
+class GenerateScript(ScriptedRunner):
+    """Each model a generate measurement: the decode step beside the bandwidth reference reading
+    ``bandwidth`` ms, the prefill beside the compute one reading ``compute`` ms (None: raced out)."""
+
+    def __init__(self, profile, readings: list[tuple[float, float | None]], **options):
+        super().__init__(profile, machine_ms=10.0, **options)
+        self.readings = list(readings)
+
+    def _measure_path(self, path, shapes, race):
+        self.calibrate()
+        bandwidth, compute = self.readings.pop(0)
+
+        def beside(reference, ms):
+            return {"model_ms": [2 * ms] * 8, "reference_ms": [ms] * 8, "converged": True, "stopped_early": False,
+                    "runs_per_sample": 1, "reference": reference}
+
+        workloads = {"decode": beside("bandwidth", bandwidth)}
+        if compute is not None:
+            workloads["prefill"] = beside("compute", compute)
+        return self._to_measurement({"ok": True, "workloads": workloads, "peak_memory_mb": 1.0})
+
+
+def test_the_drift_guard_watches_the_compute_reference_beside_the_prefill_not_the_bandwidth_one():
+    logs = []
+    # The bandwidth reference reads 50% slower beside the second model (its weights take the caches) while
+    # the compute reference holds still: not drift. The compute one 30% slower beside the third: drift.
+    readings = [(20.0, 10.0), (30.0, 10.0), (20.0, 13.0), (20.0, 10.0)]
+    with GenerateScript(FAST, readings, log=logs.append) as runner:
+        first, second, third = runner.measure_many([b"a", b"b", b"c"])
+    assert not first.drift_remeasured and not second.drift_remeasured
+    assert third.drift_remeasured and len(logs) == 1 and "ran +30%" in logs[0]
+
+
+def test_with_the_prefill_raced_out_the_bandwidth_reference_is_watched_against_its_first_level():
+    logs = []
+    readings = [(20.0, 10.0), (20.0, None), (30.0, None), (20.0, 10.0)]
+    with GenerateScript(FAST, readings, log=logs.append) as runner:
+        results = runner.measure_many([b"a", b"b", b"c"])
+    assert [m.drift_remeasured for m in results] == [False, False, True] and "ran +50%" in logs[0]
+
+
 def test_the_bandwidth_reference_is_pinned_beside_the_compute_one_and_an_older_pin_is_redone(tmp_path):
     with MeasurementStore(tmp_path / "s.sqlite") as store:
         with ScriptedRunner(FAST, machine_ms=10.0) as runner:

@@ -92,14 +92,24 @@ class RunnerCalibration:
         self.calibrate()
         return self.calibration.bandwidth_scale or self.run_calibration.bandwidth_scale or 1.0
 
-    def _guard_for(self, measurement: Measurement, reference_ms: float) -> DriftGuard | None:
-        """The drift guard of the reference the measurement's primary workload was timed beside. The
-        bandwidth reference runs slower beside a model than alone (the model's weights evict its own
-        from the caches: +10-17% here), so its guard's baseline is its level beside the run's first
-        such model, not the calibration: the guard watches for change within the run."""
-        primary = (measurement.workloads or {}).get(measurement.workload) or {}
-        if primary.get("reference") != "bandwidth":
-            return self._guard
+    def _watched(self, measurement: Measurement) -> tuple[DriftGuard | None, float | None]:
+        """The drift guard for a measurement and the reference time it judges. The compute reference is
+        watched wherever a workload was timed beside it (a forward pass; a generate measurement's
+        prefill): a small, cache-resident model whose time follows the machine, not the model beside it.
+        The bandwidth reference runs slower beside a model than alone, by as much as the model's weights
+        take of the caches (+12-50% here, differing from model to model: read as drift, it measured 69
+        candidates of one search again), so it is watched only where nothing was timed beside the
+        compute reference (a prefill raced out), against its level beside the run's first such model:
+        that guard watches for change within the run. A decode step timed alone has no reference."""
+        workloads = measurement.workloads or {measurement.workload: {"reference_ms": measurement.reference_ms}}
+        beside = {}
+        for figures in workloads.values():
+            if figures.get("reference_ms") is not None:
+                beside.setdefault(figures.get("reference", "compute"), figures["reference_ms"])
+        if "compute" in beside:
+            return self._guard, beside["compute"]
+        if "bandwidth" not in beside:
+            return None, None
         if self._bandwidth_guard is None and self.run_calibration is not None:
-            self._bandwidth_guard = DriftGuard(Calibration(reference_ms, self.run_calibration.bandwidth_noise))
-        return self._bandwidth_guard
+            self._bandwidth_guard = DriftGuard(Calibration(beside["bandwidth"], self.run_calibration.bandwidth_noise))
+        return self._bandwidth_guard, beside["bandwidth"]

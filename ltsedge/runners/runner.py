@@ -102,7 +102,7 @@ class Runner(RunnerCalibration):
                 self._cool_down()
             result = self.measure(model, shapes=shapes, race=race(i) if race else None)
             if result.drift is not None and self.profile.drift_check_every:
-                guard = self._guard_for(result, result.reference_ms)
+                guard, _ = self._watched(result)
                 self.log(f"the reference model ran {result.drift:+.0%} against the run's calibration while "
                          f"model {i + 1} was timed (limit {guard.limit:.0%}); measuring it again")
                 report(i, result)
@@ -204,11 +204,8 @@ class Runner(RunnerCalibration):
         measurement = Measurement(ok=True, error=None, **{k: primary[k] for k in PRIMARY_FIELDS}, **generation,
                                   calibration_ms=self.calibration.reference_ms, peak_memory_mb=reply["peak_memory_mb"],
                                   device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
-        reference_ms = primary["reference_ms"]
-        if primary["reference"] == "none":  # timed alone: the machine is watched through the compute reference
-            reference_ms = next((f["reference_ms"] for f in figures.values() if f["reference"] == "compute"), None)
-        guard = self._guard_for(measurement, reference_ms) if reference_ms is not None else None
-        measurement.drift = guard.change(reference_ms) if guard and guard.drifted(reference_ms) else None
+        guard, watched_ms = self._watched(measurement)
+        measurement.drift = guard.change(watched_ms) if guard and guard.drifted(watched_ms) else None
         return measurement
 
     # -- the worker ------------------------------------------------------------------------------
