@@ -83,6 +83,7 @@ class FakeMachine:
     strict_figures: dict[str, tuple[float, float]] = {}
     measured: list[tuple[str, str]] = []  # (policy, id), in order
     search_tolerance = 0.0  # the profile's policy; a smaller tolerance is the strict one
+    default_figure: tuple[float, float] | None = None  # for a model in neither table (a baseline model)
 
     def __init__(self, profile, log=None, **_):
         self.profile = profile
@@ -104,10 +105,11 @@ class FakeMachine:
         out = []
         for i, path in enumerate(models):
             arch_id = architecture_of(path).id
-            assert race(i).workload == "decode" and race(i).front == ()  # the objective in full, others coarse
+            # the objective in full, others coarse
+            assert race(i).workload == "decode" and race(i).front == () and race(i).coarse_others
             FakeMachine.measured.append((self.policy, arch_id))
             table = FakeMachine.strict_figures if self.policy == "strict" else FakeMachine.search_figures
-            out.append(figure(*table[arch_id]))
+            out.append(figure(*table.get(arch_id, FakeMachine.default_figure)))
         return out
 
 
@@ -190,6 +192,29 @@ def test_seeded_baseline_models_off_the_front_are_re_measured_beside_it_and_judg
     assert rows[2]["baseline_id"] == two and rows[2]["frontier_id"] == big[0].id
     assert rows[2]["speedup"] == pytest.approx(4.0 / 2.0)  # fresh figures of both, from one pass
     assert (done.cost.thinned, done.cost.contenders, done.cost.published) == (2, 2, 3)
+
+
+def test_the_baseline_is_measured_as_the_front_was_the_objective_in_full_the_others_coarsely(tmp_path):
+    """Only the objective is compared with the front, which publishing re-measured with its other workloads
+    coarse; a baseline prefill timed in full was most of the baseline's time in the study's decode search."""
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, resolution=0))
+    tied = sorted({count_params(a).decoder_params: a for a in random_tiny_archs(40, seed=5) if not a.adaptive}.items())
+    front = [Candidate(a, count_params(a), figure(1.0 + i, 10.0 + i), "measured", 1, "decode_latency_ms")
+             for i, (_, a) in enumerate(tied[-2:])]  # the baseline takes no embedding settings from a tied model
+    FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
+    FakeMachine.strict_figures, FakeMachine.default_figure = {}, (5.0, 40.0)
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    try:
+        with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+            done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
+                          evaluated=front)  # the search measured no seed: every baseline model is new
+    finally:
+        FakeMachine.default_figure = None
+    baseline = {r["baseline_id"] for r in done.baseline}
+    assert len(baseline) == len(settings.baseline.layers) == 2 and not baseline & {c.arch.id for c in front}
+    assert {("profile", i) for i in baseline} <= set(FakeMachine.measured)  # through the race asserted above
+    assert all(r["latency_ms"] == 5.0 for r in done.baseline)
 
 
 def point(params: int, latency: float, memory: float):

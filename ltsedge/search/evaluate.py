@@ -27,6 +27,7 @@ from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.proxy import count_params
 from ltsedge.runners import Measurement, MeasuringRunner
 from ltsedge.runners.measurement import complete
+from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate, EvaluationStats
 from ltsedge.search.checkpoint import CandidateLog
@@ -43,13 +44,17 @@ class CandidateEvaluator:
     def __init__(self, profile: DeviceProfile, runner: MeasuringRunner, store: MeasurementStore, scratch: OutputDir | Path,
                  budgets: Budgets, *, fresh: bool = False,
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
-                 objective: str = "forward", racing: bool = False, screen: Screen | None = None,
-                 base_profile: DeviceProfile | None = None, export: ExportOptions | None = None):
+                 objective: str = "forward", racing: bool = False, coarse_others: bool = False,
+                 screen: Screen | None = None, base_profile: DeviceProfile | None = None,
+                 export: ExportOptions | None = None):
         self.profile, self.runner, self.store = profile, runner, store
         # The profile ``profile``'s repeat policy derives from (a search timing coarsely measures with
         # ``coarse(base_profile)``): its cost model learns from the figures of all its policies.
         self.base_profile = base_profile or profile
         self.objective, self.racing = objective, racing
+        # Without racing: time the workloads other than the objective's coarsely anyway (as publishing
+        # re-measures its front), or every workload to the profile's policy.
+        self.coarse_others = coarse_others
         self.screen = screen  # None: every candidate measured (the study's protocol)
         self._fitted_on = -1  # samples the screen's cost model was last fitted on
         # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
@@ -219,8 +224,9 @@ class CandidateEvaluator:
                 self._keep(archs[i], m)
 
             def race(i: int):  # against the front so far, this batch's earlier figures included
-                if not self.racing:
-                    return None
+                if not self.racing:  # no front to race against; the other workloads coarse, if so asked
+                    params = count_params(archs[i]).decoder_params
+                    return Race(self.objective, params, (), self.profile.tolerance) if self.coarse_others else None
                 done = [Candidate(archs[j], count_params(archs[j]), m, "measured", generation,
                                   self.latency_field) for j, m in interim.items()]
                 return self._race(count_params(archs[i]).decoder_params, done)

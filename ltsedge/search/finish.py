@@ -6,9 +6,9 @@ its candidates), then only the undecided ones (whose place on the front hangs on
 strict policy. The layer-scaled baseline's models the search started from (seeded) are re-measured
 beside the front even where its figures left them off it: a baseline point is then judged on fresh
 figures of both, taken together, so a baseline model can never come out faster than a front that was
-only measured earlier. The rest of the baseline is measured at the profile's policy too, so the
-comparison is of figures measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the search's own
-time.
+only measured earlier. The rest of the baseline is measured as the front was (the objective's workload at
+the profile's policy, the others coarsely), so the comparison is of figures measured alike. What each
+pass cost is kept (``PublishCost``) and reported apart from the search's own time.
 """
 
 from __future__ import annotations
@@ -96,10 +96,12 @@ def _baseline(settings, profile: DeviceProfile, runner, store, outdir: OutputDir
               published: list[PublishedModel], fresh_seeds: list[Candidate]) -> list[Candidate]:
     """The layer-scaled baseline. Where the search started from a baseline model, that model's figure
     from publishing (re-measured beside the front, in the space's cheapest embedding); every other one
-    measured afresh (never from the store) at the profile's policy, with the embedding settings of the
-    frontier model it is compared with."""
+    measured afresh (never from the store), with the embedding settings of the frontier model it is
+    compared with, as the front was re-measured: the objective's workload at the profile's policy, the
+    others coarsely: only the objective is compared, and in a decode search the prefill timed in full
+    was most of the baseline's time."""
     evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
-                                   fresh=True, objective=settings.objective)
+                                   fresh=True, objective=settings.objective, coarse_others=True)
     seeds = {c.arch.n_layer: c for c in fresh_seeds}
     archs = [a for a in baseline_architectures(settings.baseline, settings.space, [p.candidate for p in published])
              if a.n_layer not in seeds]
