@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ltsedge.interrupts import interrupts_deferred
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
@@ -151,7 +153,8 @@ class PackageBackbone(Backbone):
     def empty_model(self, arch: Architecture):
         import torch
 
-        with torch.device("meta"):
+        # Ctrl-C inside torch's mode stack breaks it (ltsedge/interrupts.py): it lands once the model is built.
+        with interrupts_deferred(), torch.device("meta"):
             return getattr(self._module("model"), self.model_class)(arch)
 
     def export_spec(self, arch: Architecture, variant: str, cache_layout: str | None = None) -> ExportSpec:

@@ -1,0 +1,73 @@
+"""Ctrl-C while torch builds a model lands after it, as a KeyboardInterrupt, with torch intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from ltsedge.backbones import get_backbone
+from ltsedge.interrupts import interrupts_deferred
+from tests.helpers import tiny_arch
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler, as a terminal's `ltsedge search` has it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_a_model_is_built_on_the_meta_device_lands_once_it_is_built(monkeypatch, python_sigint_handler):
+    # A CI run interrupted a search inside torch's mode stack: torch raised "trying to pop from empty mode
+    # stack" in place of the KeyboardInterrupt, and the search ended in a traceback without its frontier.
+    arch = tiny_arch(n_layer=3, n_head=[2, 2, 2], d_inner=[128, 128, 128])
+    original = torch.nn.Linear.reset_parameters
+    built = []
+
+    def reset_parameters(layer):
+        built.append(layer)
+        original(layer)
+
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters", reset_parameters)
+    get_backbone("gpt2").empty_model(arch)
+    layers = len(built)
+    assert layers >= 6  # two per block at least: the SIGINT below lands in the middle
+
+    built.clear()
+
+    def interrupted_reset(layer):
+        if not built:
+            os.kill(os.getpid(), signal.SIGINT)  # Python runs its handler before the next line
+        built.append(layer)
+        original(layer)
+
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters", interrupted_reset)
+    with pytest.raises(KeyboardInterrupt):
+        get_backbone("gpt2").empty_model(arch)
+    assert len(built) == layers  # the model was built to the end first
+    assert torch.empty(1).device.type == "cpu"  # no meta mode left behind
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is Python's again
+
+
+def test_a_section_without_ctrl_c_runs_as_if_nothing_were_deferred(python_sigint_handler):
+    with interrupts_deferred():
+        value = 6 * 7
+    assert value == 42
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_sigint_stays_ignored():
+    # A measuring worker ignores SIGINT (the search process handles Ctrl-C); deferring must not arm it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_deferred():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
