@@ -281,3 +281,37 @@ def test_a_search_says_how_each_published_figure_was_measured(tmp_path):
     assert summary["published"] == len(rows) == len(result.frontier)
     assert len(strict_ids) <= summary["strict"] <= summary["front"]
     assert summary["remeasure_seconds"] > 0 and (summary["strict_seconds"] > 0) == (summary["strict"] > 0)
+
+
+def test_the_front_model_each_baseline_point_is_compared_with_is_never_thinned_away(tmp_path):
+    """The study's search here compared its 3-layer baseline point with a published model 7% slower than the
+    fastest front model with at least its decoder parameters: thinning had let a larger neighbour within
+    10% stand for it. Publishing now keeps, for each baseline point, the model the comparison will pick."""
+    from ltsedge.search.baseline import baseline_architectures
+
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True))
+    assert settings.resolution == 0.1
+    most = max(count_params(a).decoder_params for a in baseline_architectures(settings.baseline, settings.space))
+    bigger = sorted({count_params(a).decoder_params: a for a in random_tiny_archs(200, seed=7)
+                     if not a.adaptive and count_params(a).decoder_params > most}.items())
+    # Two models above every baseline point, under 10% apart in decoder parameters.
+    (p_fast, fast), (p_big, big) = next((x, y) for x, y in zip(bigger, bigger[1:]) if y[0] < 1.1 * x[0])
+    front = [Candidate(fast, count_params(fast), figure(2.0, 30.0), "measured", 1, "decode_latency_ms"),
+             Candidate(big, count_params(big), figure(2.15, 29.5), "measured", 1, "decode_latency_ms")]
+    assert pareto_front(front, Budgets()) == front  # both on the front
+    assert [c.arch.id for c in thin(front, 0.1)] == [big.id]  # the larger covers the faster within 10%
+    FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
+    FakeMachine.strict_figures, FakeMachine.default_figure = {}, (3.0, 40.0)
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    try:
+        with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+            done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
+                          evaluated=front)
+    finally:
+        FakeMachine.default_figure = None
+    # Kept first, the faster model now covers the larger one within 10%: it is published in its place.
+    assert [p.candidate.arch.id for p in done.frontier] == [fast.id]
+    assert (done.cost.front, done.cost.thinned) == (2, 1)
+    assert [r["frontier_id"] for r in done.baseline] == [fast.id] * len(settings.baseline.layers)
+    assert all(r["speedup"] == pytest.approx(3.0 / 2.0) for r in done.baseline)

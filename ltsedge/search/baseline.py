@@ -69,6 +69,15 @@ def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | No
     return min(matches, key=lambda f: f.latency_ms) if matches else None
 
 
+def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candidate]) -> set[str]:
+    """The front models the comparison will judge the baseline against: for each baseline model, the fastest
+    front model with at least its decoder parameters. Publishing keeps them whatever thinning would cover
+    them with: a kept neighbour with fewer decoder parameters than the baseline model does not count for
+    it, and one with more may be up to the resolution slower (the study's search here compared its 3-layer
+    point with a model 7% slower than the front's own, before either was re-measured)."""
+    return {m.arch.id for a in baseline_architectures(spec, space) if (m := best_match(a, front)) is not None}
+
+
 def compare(baseline: list[Candidate], front: list[Candidate]) -> list[dict]:
     rows = []
     for b in baseline:

@@ -6,7 +6,8 @@ its candidates), then only the undecided ones (whose place on the front hangs on
 strict policy. The layer-scaled baseline's models the search started from (seeded) are re-measured
 beside the front even where its figures left them off it: a baseline point is then judged on fresh
 figures of both, taken together, so a baseline model can never come out faster than a front that was
-only measured earlier. The rest of the baseline is measured as the front was (the objective's workload at
+only measured earlier. Thinning keeps them, and for each baseline point the front model the comparison
+will pick (``baseline.comparison_anchors``), whatever would cover them. The rest of the baseline is measured as the front was (the objective's workload at
 the profile's policy, the others coarsely), so the comparison is of figures measured alike. What each
 pass cost is kept (``PublishCost``) and reported apart from the search's own time.
 """
@@ -17,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ltsedge.devices import DeviceProfile, strict
-from ltsedge.search.baseline import baseline_architectures, compare, seeds_in_space
+from ltsedge.search.baseline import baseline_architectures, compare, comparison_anchors, seeds_in_space
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
@@ -55,7 +56,9 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     """Publish ``front``; ``evaluated`` (every candidate of the search) holds the seeded baseline models."""
     seeded = {a.id for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
         if settings.baseline is not None else set()
-    kept = thin(front, settings.resolution, keep=seeded)
+    anchors = comparison_anchors(settings.baseline, settings.space, front) \
+        if with_baseline and settings.baseline is not None else set()
+    kept = thin(front, settings.resolution, keep=seeded | anchors)
     contenders = _contenders(evaluated, seeded - {c.arch.id for c in kept}, settings.budgets) if with_baseline else []
     cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution)
     clock = time.perf_counter()
