@@ -113,6 +113,20 @@ class FakeMachine:
         return out
 
 
+def finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure):
+    """``finish`` on the fake machine: the front re-measured at its search figures, every baseline model new
+    (the search measured no seed) and measured at ``baseline_figure`` (decode ms, MB)."""
+    FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
+    FakeMachine.strict_figures, FakeMachine.default_figure = {}, baseline_figure
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    try:
+        with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+            return finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
+                          evaluated=front)
+    finally:
+        FakeMachine.default_figure = None
+
+
 def test_finish_re_measures_every_front_model_then_only_the_undecided_strictly(tmp_path):
     settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
                                               quiet=True, baseline=False, resolution=0))
@@ -202,15 +216,7 @@ def test_the_baseline_is_measured_as_the_front_was_the_objective_in_full_the_oth
     tied = sorted({count_params(a).decoder_params: a for a in random_tiny_archs(40, seed=5) if not a.adaptive}.items())
     front = [Candidate(a, count_params(a), figure(1.0 + i, 10.0 + i), "measured", 1, "decode_latency_ms")
              for i, (_, a) in enumerate(tied[-2:])]  # the baseline takes no embedding settings from a tied model
-    FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
-    FakeMachine.strict_figures, FakeMachine.default_figure = {}, (5.0, 40.0)
-    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
-    try:
-        with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
-            done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
-                          evaluated=front)  # the search measured no seed: every baseline model is new
-    finally:
-        FakeMachine.default_figure = None
+    done = finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure=(5.0, 40.0))
     baseline = {r["baseline_id"] for r in done.baseline}
     assert len(baseline) == len(settings.baseline.layers) == 2 and not baseline & {c.arch.id for c in front}
     assert {("profile", i) for i in baseline} <= set(FakeMachine.measured)  # through the race asserted above
@@ -296,20 +302,12 @@ def test_the_front_model_each_baseline_point_is_compared_with_is_never_thinned_a
     bigger = sorted({count_params(a).decoder_params: a for a in random_tiny_archs(200, seed=7)
                      if not a.adaptive and count_params(a).decoder_params > most}.items())
     # Two models above every baseline point, under 10% apart in decoder parameters.
-    (p_fast, fast), (p_big, big) = next((x, y) for x, y in zip(bigger, bigger[1:]) if y[0] < 1.1 * x[0])
+    (_, fast), (_, big) = next((x, y) for x, y in zip(bigger, bigger[1:]) if y[0] < 1.1 * x[0])
     front = [Candidate(fast, count_params(fast), figure(2.0, 30.0), "measured", 1, "decode_latency_ms"),
              Candidate(big, count_params(big), figure(2.15, 29.5), "measured", 1, "decode_latency_ms")]
     assert pareto_front(front, Budgets()) == front  # both on the front
     assert [c.arch.id for c in thin(front, 0.1)] == [big.id]  # the larger covers the faster within 10%
-    FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
-    FakeMachine.strict_figures, FakeMachine.default_figure = {}, (3.0, 40.0)
-    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
-    try:
-        with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
-            done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
-                          evaluated=front)
-    finally:
-        FakeMachine.default_figure = None
+    done = finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure=(3.0, 40.0))
     # Kept first, the faster model now covers the larger one within 10%: it is published in its place.
     assert [p.candidate.arch.id for p in done.frontier] == [fast.id]
     assert (done.cost.front, done.cost.thinned) == (2, 1)
