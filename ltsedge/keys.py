@@ -94,6 +94,8 @@ def measurement_settings(profile, shapes: dict | None = None, variant: str = DEF
     settings = {**profile.settings(), "pairs": PAIRS_METHOD}
     if shapes:
         settings["shapes"] = {name: list(dims) for name, dims in sorted(shapes.items())}
+    if profile.execution_provider == "CUDAExecutionProvider":
+        settings["memory"] = "gpu"  # the figure judged is the GPU's (Runner._memory_figures); it was the host's
     if variant != DEFAULT_VARIANT:
         settings["context"] = profile.context
         # Decode ratios are to the bandwidth reference since it was added (runners/reference.py): figures

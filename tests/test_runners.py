@@ -698,7 +698,51 @@ def test_cuda_measurement(small_path):
     profile = load_profile("cuda").replace(min_runs=3, max_runs=5, max_seconds=2.0, warmup=1)
     m = measure(small_path, profile)
     assert m.ok and m.latency_ms > 0
-    assert m.device_peak_memory_mb is None or m.device_peak_memory_mb >= 0
+    if m.memory_of == "gpu":  # the figure judged is the GPU's; the host's is kept beside it
+        assert m.peak_memory_mb == m.device_peak_memory_mb > 0 and m.host_peak_memory_mb > 0
+    else:  # no GPU figure readable: the host's, and it says so
+        assert m.device_peak_memory_mb is None and m.host_peak_memory_mb is None
+
+
+def test_on_cuda_the_memory_judged_is_the_gpus():
+    """On a GPU the model lives in GPU memory: that is the figure budgets and searches judge, with the
+    host's RSS (mostly the CUDA libraries, the same whatever the model) kept beside it."""
+    reply = {"peak_memory_mb": 210.0, "device_peak_memory_mb": 300.0}
+    cuda = SimpleNamespace(profile=load_profile("cuda", check_available=False))
+    cpu = SimpleNamespace(profile=load_profile("cpu"))
+    assert Runner._memory_figures(cuda, reply) == dict(peak_memory_mb=300.0, device_peak_memory_mb=300.0,
+                                                       host_peak_memory_mb=210.0, memory_of="gpu")
+    host_only = Runner._memory_figures(cuda, {"peak_memory_mb": 210.0, "device_peak_memory_mb": None})
+    assert host_only["peak_memory_mb"] == 210.0 and "memory_of" not in host_only  # the default: "host"
+    assert Runner._memory_figures(cpu, {"peak_memory_mb": 50.0})["peak_memory_mb"] == 50.0
+    assert Measurement(ok=True, **host_only).memory_of == "host"
+
+
+def test_figures_of_cuda_are_keyed_apart_from_those_that_judged_the_hosts_memory():
+    from ltsedge.keys import measurement_settings
+
+    assert measurement_settings(load_profile("cuda", check_available=False))["memory"] == "gpu"
+    assert "memory" not in measurement_settings(load_profile("cpu"))  # CPU figures keep their keys
+
+
+def test_gpu_memory_without_pynvml_is_read_from_nvidia_smi():
+    from ltsedge.runners.memory import _gpu_memory_from_nvidia_smi
+
+    def smi(apps: str, device: str = "81559\n"):
+        def run(cmd, **_):
+            if any(arg.startswith("--query-compute-apps") for arg in cmd):
+                return SimpleNamespace(stdout=apps)
+            return SimpleNamespace(stdout=device)
+        return run
+
+    mine = f"1234, 100\n{os.getpid()}, 300\n"
+    assert _gpu_memory_from_nvidia_smi(0, run=smi(mine)) == 300 * 2**20  # this process's line
+    assert _gpu_memory_from_nvidia_smi(0, run=smi("1234, 100\n", "512\n")) == 512 * 2**20  # hidden: the device's
+
+    def missing(cmd, **_):
+        raise FileNotFoundError("nvidia-smi")
+    assert _gpu_memory_from_nvidia_smi(0, run=missing) is None
+    assert _gpu_memory_from_nvidia_smi(0, run=smi("", "[N/A]\n")) is None
 
 
 def test_interval_reports_the_coverage_it_really_has():

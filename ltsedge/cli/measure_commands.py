@@ -88,7 +88,9 @@ def _print_profile(r: dict) -> None:
         table.add_row("latency min", f"{r['latency_min_ms']:.2f} ms")
         table.add_row("coefficient of variation", f"{100 * r['latency_cv']:.1f} % over {r['runs']} runs"
                       + ("" if r.get("converged") else " (not converged)"))
-        table.add_row("peak memory", f"{r['peak_memory_mb']:.1f} MB")
+        table.add_row("peak memory" + (" (GPU)" if r.get("memory_of") == "gpu" else ""), f"{r['peak_memory_mb']:.1f} MB")
+        if r.get("host_peak_memory_mb") is not None:
+            table.add_row("host peak memory", f"{r['host_peak_memory_mb']:.1f} MB")
         table.add_row("weights", f"{r['weights_mb']:.1f} MB")
     for key in ("decoder_params", "total_params"):
         if r.get(key) is not None:

@@ -55,11 +55,17 @@ class Measurement:
     decode_latency_ms: float | None = None
     kv_cache_mb: float | None = None
     workloads: dict | None = None  # per workload: median, p90, min, cv, runs, converged, reference (+ its scale)
-    # Memory (MB = 2**20 bytes): peak RSS while loading and running, over the worker's RSS before
-    # loading; the initializers' total size; GPU memory on CUDA (None where unknown).
+    # Memory (MB = 2**20 bytes): the figure budgets, searches and reports judge is peak_memory_mb, of
+    # the memory that bounds the device: on a CPU the peak RSS while loading and running, over the
+    # worker's RSS before loading; on CUDA the GPU memory the model's session holds after its runs
+    # (its arena keeps its peak), over the process's before loading it, with the host's RSS figure
+    # kept beside it (host_peak_memory_mb). memory_of says which: "host" or "gpu" (a CUDA worker that
+    # could read no GPU figure falls back to "host"). weights_mb: the initializers' total size.
     peak_memory_mb: float | None = None
     weights_mb: float | None = None
-    device_peak_memory_mb: float | None = None
+    device_peak_memory_mb: float | None = None  # the GPU figure on CUDA, also where peak_memory_mb is it
+    host_peak_memory_mb: float | None = None  # the RSS figure where peak_memory_mb is the GPU's
+    memory_of: str = "host"
     # How the peak was isolated: "fresh_process" (the model was the worker's first), "reset_peak" (the
     # worker's peak counter was reset, and checked to drop, after earlier models; a little less precise
     # on small models) or "no_reset" (the kernel would not reset it: a fresh worker per model, whose

@@ -4,7 +4,7 @@ Peak memory (Linux): writing "5" to /proc/self/clear_refs resets the kernel's pe
 (VmHWM) to the current RSS; a model's figure is VmHWM after its runs minus RSS before loading it.
 glibc's malloc_trim(0) hands freed heap pages back to the kernel between models, and a fixed mmap
 threshold (``fix_mmap_threshold``, a profile's ``malloc_mmap_threshold_kb``) makes the peak repeat. GPU
-memory comes from NVML (pynvml) where it is installed. Imported by the worker: psutil and the standard library only.
+memory comes from NVML (pynvml) where it is installed, else from nvidia-smi. Imported by the worker: psutil and the standard library only.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ import ctypes
 import gc
 import os
 import re
+import subprocess
 import sys
 
 import psutil
+
+MIB = 2**20  # nvidia-smi reports MiB
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -99,16 +102,35 @@ def peak_rss_bytes() -> int | None:
 
 
 def gpu_memory_bytes(device_id: int) -> int | None:
-    """GPU memory this process holds (pynvml); device-wide use where per-process figures are hidden
-    (e.g. containers with their own pid namespace); None without pynvml."""
+    """GPU memory this process holds: NVML through pynvml (nvidia-ml-py) where installed, else the driver's
+    nvidia-smi; device-wide use where per-process figures are hidden (e.g. containers with their own pid
+    namespace); None where neither answers."""
     try:
         import pynvml
-
+    except ImportError:
+        return _gpu_memory_from_nvidia_smi(device_id)
+    try:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(device_id)
         for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
             if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
                 return int(proc.usedGpuMemory)
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # noqa: BLE001 - no pynvml, no driver, no permission: no figure
+    except Exception:  # noqa: BLE001 - no driver, no permission: no figure
+        return None
+
+
+def _gpu_memory_from_nvidia_smi(device_id: int, run=subprocess.run) -> int | None:
+    """As ``gpu_memory_bytes``, from nvidia-smi's CSV (MiB): this process's line, else the device's use."""
+    def query(what: str) -> list[list[str]]:
+        out = run(["nvidia-smi", f"--query-{what}", "--format=csv,noheader,nounits", "-i", str(device_id)],
+                  capture_output=True, text=True, timeout=10, check=True).stdout
+        return [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.strip()]
+
+    try:
+        for pid, used in query("compute-apps=pid,used_memory"):
+            if int(pid) == os.getpid():
+                return int(float(used) * MIB)
+        return int(float(query("gpu=memory.used")[0][0]) * MIB)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):  # no driver, no GPU: no figure
         return None

@@ -202,11 +202,20 @@ class Runner(RunnerCalibration):
                               **{w.figure: figures.get(w.name, {}).get("latency_ms") for w in generating},
                               kv_cache_mb=reply.get("kv_cache_mb"), workloads=figures)
         measurement = Measurement(ok=True, error=None, **{k: primary[k] for k in PRIMARY_FIELDS}, **generation,
-                                  calibration_ms=self.calibration.reference_ms, peak_memory_mb=reply["peak_memory_mb"],
-                                  device_peak_memory_mb=reply.get("device_peak_memory_mb"), **common)
+                                  calibration_ms=self.calibration.reference_ms, **self._memory_figures(reply),
+                                  **common)
         guard, watched_ms = self._watched(measurement)
         measurement.drift = guard.change(watched_ms) if guard and guard.drifted(watched_ms) else None
         return measurement
+
+    def _memory_figures(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """The memory that bounds the device is the figure judged: on CUDA the GPU's (an app's model lives
+        there; the host's RSS is mostly the CUDA libraries, ~200 MB whatever the model), else the RSS peak."""
+        gpu = reply.get("device_peak_memory_mb")
+        if self.profile.execution_provider == "CUDAExecutionProvider" and gpu is not None:
+            return dict(peak_memory_mb=gpu, device_peak_memory_mb=gpu, host_peak_memory_mb=reply["peak_memory_mb"],
+                        memory_of="gpu")
+        return dict(peak_memory_mb=reply["peak_memory_mb"], device_peak_memory_mb=gpu)
 
     # -- the worker ------------------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
