@@ -54,4 +54,6 @@ step quick-search 300 "$py" -m ltsedge search --preset quick --device "$device" 
 mapfile -t published < <(find "$out/quick" -name '*.onnx' | sort | head -3)
 step check 120 "$py" -m ltsedge check "${published[@]}" --device "$device" --max-latency-ms 1000 --max-memory-mb 100000
 step repeatability 300 "$py" benchmarks/repeatability.py --device "$device" --models 8 --conditions quiet quiet
+step repeatability-generate 300 "$py" benchmarks/repeatability.py --device "$device" --models 8 --variant generate \
+    --conditions quiet quiet
 rm -rf "$work"
