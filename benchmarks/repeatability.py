@@ -27,15 +27,23 @@ be if nothing were timed beside the model).
 ``--decode-references bandwidth none`` times the decode step both ways (the profile's ``decode_reference``),
 one worker per way, side by side in every run: which repeats on this machine, measured in one run.
 
+``--pool K`` also compares figures pooled over K consecutive runs (the median of their K figures per
+model; the mean of two), group against group: what a figure made of K fresh workers would repeat to.
+``--workers 1 2`` measures with each of these profile ``workers`` settings side by side in every run
+(each model's figure pooled over that many fresh workers).
+``--dump FILE`` writes every run's measurements as JSON, for other analyses of the same runs.
+
     python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
                                        [--conditions quiet quiet loaded] [--estimators] [--twice]
-                                       [--decode-references bandwidth none]
+                                       [--decode-references bandwidth none] [--workers 1 2] [--pool 2]
+                                       [--dump FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing as mp
 import statistics
 import sys
@@ -154,6 +162,13 @@ def main() -> None:
     parser.add_argument("--decode-references", nargs="+", choices=DECODE_REFERENCES,
                         help="time the decode step each of these ways, side by side in every run (the profile's "
                              "decode_reference)")
+    parser.add_argument("--workers", nargs="+", type=int,
+                        help="measure with each of these profile `workers` settings (fresh workers pooled per "
+                             "model), side by side in every run")
+    parser.add_argument("--pool", type=int, default=0,
+                        help="also compare figures pooled over K consecutive runs (each run a fresh worker; the "
+                             "median of the K, the mean of two): what a figure made of K workers would repeat to")
+    parser.add_argument("--dump", type=Path, help="write every run's per-model figures to this JSON file")
     args = parser.parse_args()
     conditions = args.conditions or ["quiet", "loaded" if args.load else "quiet"]
     profile = load_profile(args.device)
@@ -161,6 +176,8 @@ def main() -> None:
         profile = profile.replace(sequence=args.sequence)
     profiles = [profile.replace(name=f"decode-{r}", decode_reference=r) for r in args.decode_references or ()] \
         or [profile]
+    if args.workers:
+        profiles = [p.replace(name=f"{p.name}-workers{w}", workers=w) for p in profiles for w in args.workers]
     archs = spread_sample(args.models)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,12 +212,38 @@ def main() -> None:
             print(f"\nrun 1 ({conditions[0]}) against run {k + 1} ({conditions[k]}), {p.name}:")
             compare(archs, runs[0][j], runs[k][j], args.variant, kept[0] if j == 0 else None,
                     kept[k] if j == 0 else None)
+    if args.pool > 1:
+        compare_pooled(archs, runs, conditions, args.pool, args.variant)
+    if args.dump:
+        args.dump.write_text(json.dumps({"conditions": conditions, "models": [a.id for a in archs],
+                                         "runs": [[{i: m.to_dict() for i, m in r.items()} for r in run]
+                                                  for run in runs]}))
     for k, run in enumerate(runs if len(profiles) > 1 else ()):
         ok = [i for i in run[0] if all(r[i].ok for r in run)]
         for j in range(1, len(profiles)):
             ratio = [run[j][i].latency_ms / run[0][i].latency_ms for i in ok]
             print(f"run {k + 1}: {profiles[j].name} ms / {profiles[0].name} ms, median {statistics.median(ratio):.3f} "
                   f"(range {min(ratio):.3f}-{max(ratio):.3f})")
+
+
+def compare_pooled(archs, runs, conditions, k: int, variant: str) -> None:
+    """Figures pooled over groups of ``k`` consecutive runs (the first profile's), group 1 against each
+    other group: the median of the group's ratios per model (the mean of two)."""
+    groups = [runs[g:g + k] for g in range(0, len(runs) - k + 1, k)]
+    figures = {"latency ratio": lambda m: m.latency_ratio, "peak memory": lambda m: m.peak_memory_mb}
+    if variant == "generate":
+        figures["prefill ratio"] = lambda m: m.workloads["prefill"]["latency_ratio"]
+    first = groups[0]
+    for n, group in enumerate(groups[1:], start=1):
+        ok = [i for i in range(len(archs)) if all(r[0][i].ok for r in (*first, *group))]
+        names = lambda g: "+".join(conditions[g * k + j] for j in range(k))  # noqa: E731
+        print(f"\nruns pooled by {k}: {names(0)} against {names(n)}, {len(ok)} models")
+        for name, get in figures.items():
+            a = [statistics.median(get(r[0][i]) for r in first) for i in ok]
+            b = [statistics.median(get(r[0][i]) for r in group) for i in ok]
+            rel = [abs(x - y) / ((x + y) / 2) for x, y in zip(a, b)]
+            print(f"{name:<12} Spearman {spearman(a, b):.4f}  median relative difference "
+                  f"{statistics.median(rel):.2%}  max {max(rel):.2%}")
 
 
 def compare(archs, first: dict, second: dict, variant: str, first_samples: dict | None,

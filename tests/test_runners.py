@@ -810,3 +810,75 @@ def test_the_calibration_keeps_to_the_profiles_limits(limit, message, monkeypatc
     with Runner(FAST.replace(**limit)) as runner:
         with pytest.raises(LtsedgeError, match=f"could not be timed on this device \\({message}"):
             runner.calibrate()
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures pooled over fresh workers (a profile's ``workers``)
+# ---------------------------------------------------------------------------------------------
+def _generate_measurement(decode_ratio: float, prefill_ratio: float, memory: float, drift=None) -> Measurement:
+    def figures(ratio, runs):
+        return {"latency_ms": 2 * ratio, "latency_ratio": ratio, "latency_p90_ms": 2.2 * ratio,
+                "latency_min_ms": 1.8 * ratio, "latency_cv": 0.05, "latency_low_ms": 1.9 * ratio,
+                "latency_high_ms": 2.1 * ratio, "latency_coverage": 0.95, "runs": runs, "pairs_timed": runs,
+                "converged": runs < 50, "stopped_early": False, "runs_per_sample": 1, "reference_ms": 1.0,
+                "uncalibrated_latency_ms": 2 * ratio}
+    decode, prefill = figures(decode_ratio, 20), figures(prefill_ratio, 10)
+    return Measurement(ok=True, workload="decode", workloads={"decode": decode, "prefill": prefill},
+                       decode_latency_ms=decode["latency_ms"], prefill_latency_ms=prefill["latency_ms"],
+                       peak_memory_mb=memory, load_seconds=1.0, inference_seconds=2.0, drift=drift,
+                       **{k: decode[k] for k in ("latency_ms", "latency_ratio", "latency_p90_ms", "latency_min_ms",
+                                                 "latency_cv", "latency_low_ms", "latency_high_ms", "runs",
+                                                 "pairs_timed", "converged", "reference_ms")})
+
+
+def test_pooled_figures_are_the_median_across_workers():
+    from ltsedge.runners.pooling import pooled
+
+    three = [_generate_measurement(1.0, 10.0, 100.0), _generate_measurement(1.3, 11.0, 104.0),
+             _generate_measurement(1.1, 30.0, 101.0)]
+    m = pooled(three)
+    assert m.workers == 3 and m.ok
+    assert m.workloads["decode"]["latency_ratio"] == m.latency_ratio == pytest.approx(1.1)  # an outlier worker
+    assert m.workloads["prefill"]["latency_ratio"] == pytest.approx(11.0)                  # does not pull it
+    assert m.decode_latency_ms == pytest.approx(2.2) and m.prefill_latency_ms == pytest.approx(22.0)
+    assert m.workloads["decode"]["runs"] == m.runs == 60 and m.workloads["prefill"]["runs"] == 30
+    assert m.peak_memory_mb == 101.0 and m.load_seconds == 3.0 and m.inference_seconds == 6.0
+    two = pooled(three[:2])
+    assert two.latency_ratio == pytest.approx(1.15) and two.workers == 2  # the mean of two
+    assert pooled(three[:1]) is three[0]
+
+
+def test_one_failed_or_drifted_worker_decides_the_pooled_measurement():
+    from ltsedge.runners.pooling import pooled
+
+    failed = Measurement.failure("failed to run (decode): out of memory")
+    assert pooled([_generate_measurement(1.0, 10.0, 100.0), failed]) is failed
+    drifted = pooled([_generate_measurement(1.0, 10.0, 100.0), _generate_measurement(1.0, 10.0, 100.0, drift=0.3)])
+    assert drifted.drift == 0.3  # the drift guard measures the model again, every worker of it
+
+
+def test_a_profile_with_workers_measures_each_model_in_that_many_fresh_workers(small_path, monkeypatch):
+    pids, measure_path = [], Runner._measure_path
+
+    def spy(self, *args):
+        m = measure_path(self, *args)
+        pids.append(self.worker_pid or m.load_seconds)  # the worker that measured it (alive after a success)
+        return m
+
+    monkeypatch.setattr(Runner, "_measure_path", spy)
+    with Runner(FAST.replace(workers=2)) as runner:
+        m = runner.measure(small_path)
+    assert m.ok and m.workers == 2 and len(pids) == 2 and pids[0] != pids[1]
+    with Runner(FAST) as runner:
+        single = runner.measure(small_path)
+    assert single.workers == 1 and len(pids) == 3
+    assert m.runs >= 2 * FAST.min_runs  # timed in both workers: their runs summed
+
+
+def test_workers_is_a_repeat_setting_in_the_key_only_when_set():
+    from ltsedge.devices.profile import coarse
+
+    assert "workers" not in FAST.settings() and FAST.replace(workers=2).settings()["workers"] == 2
+    assert coarse(FAST.replace(workers=3)).workers == 1  # a search times its candidates in one worker
+    with pytest.raises(LtsedgeError, match="workers = 0 is out of range: must be between 1 and 9"):
+        FAST.replace(workers=0)

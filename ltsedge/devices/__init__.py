@@ -25,7 +25,7 @@ TABLES: dict[str, tuple[str, ...]] = {
                 "allow_spinning", "malloc_mmap_threshold_kb"),
     "workload": ("batch", "sequence", "context"),
     "repeats": ("warmup", "min_runs", "max_runs", "max_seconds", "tolerance", "drift_check_every",
-                "decode_reference"),
+                "decode_reference", "workers"),
     "limits": ("timeout_s", "memory_limit_mb"),
     "budgets": ("max_latency_ms", "max_memory_mb", "max_prefill_ms", "max_decode_ms"),
     "thermal": ("cooldown_s", "max_temperature_c", "max_cooldown_wait_s"),

@@ -29,7 +29,8 @@ SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter
             "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
 # Settings added after stores held figures, with the value every figure before them was measured at: in
 # the key only when set to something else, so those figures keep their keys.
-LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0, "decode_reference": "bandwidth"}
+LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0, "decode_reference": "bandwidth", "workers": 1}
+MAX_WORKERS = 9
 # What a decode step is timed beside (runners/timing.py): the bandwidth reference, or nothing (its own
 # milliseconds through the pinned calibration). Which repeats better depends on the host: docs/measurement.md.
 DECODE_REFERENCES = ("bandwidth", "none")
@@ -67,6 +68,10 @@ class DeviceProfile:
     tolerance: float = 0.02  # stop once the median is known within +-2% (95% confidence)
     drift_check_every: int = 10  # re-time the reference model every N models (0 = never)
     decode_reference: str = "bandwidth"  # bandwidth | none: what a decode step is timed beside
+    # Fresh workers each model is measured in, its figures the median across them (runners/pooling.py):
+    # a figure that repeats better between runs, at that many times the timing. A search's own timing
+    # keeps to one (coarse()); publishing, profile and check pool.
+    workers: int = 1
     # [limits]
     timeout_s: float = 600.0  # per model: load + warm-up + timed runs
     memory_limit_mb: float | None = None  # kill the worker above this RSS
@@ -134,7 +139,7 @@ def coarse(profile: DeviceProfile) -> DeviceProfile:
     min_runs = min(profile.min_runs, COARSE_MIN_RUNS)
     return profile.replace(tolerance=max(profile.tolerance, COARSE_TOLERANCE), min_runs=min_runs,
                            max_runs=max(min_runs, min(profile.max_runs, COARSE_MAX_RUNS)),
-                           max_seconds=profile.max_seconds / 4)
+                           max_seconds=profile.max_seconds / 4, workers=1)
 
 
 def strict(profile: DeviceProfile) -> DeviceProfile:
@@ -210,6 +215,8 @@ def _check_ranges(p: DeviceProfile) -> None:
             raise bad(key, ">= 0")
     if not 0 <= p.malloc_mmap_threshold_kb <= MAX_MMAP_THRESHOLD_KB:
         raise bad("malloc_mmap_threshold_kb", f"between 0 and {MAX_MMAP_THRESHOLD_KB} (KiB; 0 = glibc's own threshold)")
+    if not 1 <= p.workers <= MAX_WORKERS:
+        raise bad("workers", f"between 1 and {MAX_WORKERS}")
     if p.max_runs < p.min_runs:
         raise bad("max_runs", f">= min_runs ({p.min_runs})")
     if not 0 < p.tolerance < 1:

@@ -80,6 +80,7 @@ class Measurement:
     temperature_c: float | None = None
     throttled: bool | None = None
     drift_remeasured: bool = False  # measured again after the reference model drifted
+    workers: int = 1  # fresh workers whose figures were pooled into these (runners/pooling.py)
     # A search's prediction in the shape of a measurement (search/screening.py), never stored or
     # published as measured: its latencies' intervals are in latency_low/high_ms, its memory's here.
     predicted: bool = False

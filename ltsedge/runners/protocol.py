@@ -38,6 +38,7 @@ class RunSettings:
     context: int = 0  # decode workload: tokens in the cache (not in settings(): forward figures ignore it)
     malloc_mmap_threshold_kb: int = 0  # in settings() only when set (profile.LATER_SETTINGS)
     decode_reference: str = "bandwidth"  # likewise
+    workers: int = 1  # likewise; the Runner's to act on (pooling.py), not the worker's
 
     @classmethod
     def from_profile(cls, profile) -> RunSettings:

@@ -28,6 +28,7 @@ from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.devices.sensors import Sensors
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy
+from ltsedge.runners.pooling import pooled
 from ltsedge.runners.calibration import RunnerCalibration
 from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement, calibrated
 from ltsedge.runners.policy import Calibration, PinnedCalibration
@@ -78,6 +79,8 @@ class Runner(RunnerCalibration):
         """Load, warm up and time one model. Model failures come back as ``ok=False``, never raised."""
         path, temporary = self._model_path(model)
         try:
+            if self.profile.workers > 1 and race is None:
+                return self._measure_pooled(path, shapes)
             return self._measure_path(path, shapes, race)
         finally:
             if temporary:
@@ -161,6 +164,23 @@ class Runner(RunnerCalibration):
             raise LtsedgeError(f"model file not found: {path}")
         return path.resolve(), False  # the worker runs in another directory
 
+    def _measure_pooled(self, path: Path, shapes: dict[str, list[int]] | None) -> Measurement:
+        """The profile's ``workers`` measurements of one model, each after the first in a fresh worker,
+        pooled (pooling.py); a failure ends it."""
+        measurements = []
+        for k in range(self.profile.workers):
+            if k:
+                self._retire_worker()
+            measurements.append(self._measure_path(path, shapes, None))
+            if not measurements[-1].ok:
+                break
+        return pooled(measurements)
+
+    def _retire_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
     def _measure_path(self, path: Path, shapes: dict[str, list[int]] | None, race: Race | None) -> Measurement:
         self.calibrate()
         worker = self._ensure_worker()
@@ -238,8 +258,7 @@ class Runner(RunnerCalibration):
             worker.rested_mb = reply.get("baseline_rss_mb", worker.hello["rss_mb"])
         grown = reply.get("rss_after_mb", 0.0) - worker.rested_mb
         if self.fresh_worker_per_model or not worker.hello["peak_resettable"] or grown > RESTART_GROWTH_MB:
-            worker.close()
-            self._worker = None
+            self._retire_worker()
 
     # -- between models --------------------------------------------------------------------------
     def _cool_down(self) -> float:
