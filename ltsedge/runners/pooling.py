@@ -15,7 +15,7 @@ import dataclasses
 from statistics import median
 from typing import Any
 
-from ltsedge.runners.measurement import Measurement
+from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement
 from ltsedge.workloads import WORKLOADS
 
 # A workload's figures that are medians, or ms and ratios derived from one: pooled by their median.
@@ -35,8 +35,7 @@ def pooled(measurements: list[Measurement]) -> Measurement:
     if failed is not None:
         return failed
     out = dataclasses.replace(measurements[0], workers=len(measurements))
-    top = _pool([{k: getattr(m, k) for k in (*MEDIAN_FIGURES, *SUMMED_FIGURES, "converged", "stopped_early")}
-                 for m in measurements])
+    top = _pool([{k: getattr(m, k) for k in PRIMARY_FIELDS} for m in measurements])
     for key, value in top.items():
         setattr(out, key, value)
     if out.workloads:

@@ -28,10 +28,10 @@ from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.devices.sensors import Sensors
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy
-from ltsedge.runners.pooling import pooled
 from ltsedge.runners.calibration import RunnerCalibration
 from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement, calibrated
 from ltsedge.runners.policy import Calibration, PinnedCalibration
+from ltsedge.runners.pooling import pooled
 from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
