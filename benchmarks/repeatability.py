@@ -31,9 +31,11 @@ one worker per way, side by side in every run: which repeats on this machine, me
 model; the mean of two), group against group: what a figure made of K fresh workers would repeat to.
 ``--workers 1 2`` measures with each of these profile ``workers`` settings side by side in every run
 (each model's figure pooled over that many fresh workers).
+``--device cpu steady.toml`` measures with each of these device profiles side by side in every run (each
+with its own pinned calibration).
 ``--dump FILE`` writes every run's measurements as JSON, for other analyses of the same runs.
 
-    python benchmarks/repeatability.py [--models 20] [--device cpu] [--sequence 192] [--variant generate] [--load]
+    python benchmarks/repeatability.py [--models 20] [--device cpu [PROFILE ...]] [--sequence 192] [--variant generate] [--load]
                                        [--conditions quiet quiet loaded] [--estimators] [--twice]
                                        [--decode-references bandwidth none] [--workers 1 2] [--pool 2]
                                        [--dump FILE]
@@ -122,15 +124,16 @@ ESTIMATORS = {
 }
 
 
-def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pinned=None,
+def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pinned=(),
                 samples: dict | None = None, again: dict | None = None) -> list[dict]:
     """Each model of ``order`` measured once in one fresh worker per profile (side by side: model after
     model, the profiles' order alternating), and, given ``again``, a second time right after by the first
-    profile's (how far a figure moves within one worker process). ``samples``: the first profile's."""
+    profile's (how far a figure moves within one worker process). ``samples``: the first profile's.
+    ``pinned``: each profile's pinned calibration."""
     outs = [{} for _ in profiles]
     with contextlib.ExitStack() as stack:
-        runners = [stack.enter_context(SampleKeepingRunner(p, log=lambda m: print("   ", m), pinned=pinned))
-                   for p in profiles]
+        runners = [stack.enter_context(SampleKeepingRunner(p, log=lambda m: print("   ", m), pinned=pin))
+                   for p, pin in zip(profiles, pinned)]
         for n, i in enumerate(order):
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)
@@ -149,7 +152,8 @@ def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pin
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=20)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", nargs="+", default=["cpu"],
+                        help="device profiles (names or TOML files); several are measured side by side in every run")
     parser.add_argument("--sequence", type=int, default=None)
     parser.add_argument("--variant", choices=("forward", "generate"), default="forward")
     parser.add_argument("--load", action="store_true", help="measure the second run under a competing load")
@@ -171,11 +175,12 @@ def main() -> None:
     parser.add_argument("--dump", type=Path, help="write every run's per-model figures to this JSON file")
     args = parser.parse_args()
     conditions = args.conditions or ["quiet", "loaded" if args.load else "quiet"]
-    profile = load_profile(args.device)
+    devices = [load_profile(d) for d in args.device]
     if args.sequence:
-        profile = profile.replace(sequence=args.sequence)
-    profiles = [profile.replace(name=f"decode-{r}", decode_reference=r) for r in args.decode_references or ()] \
-        or [profile]
+        devices = [d.replace(sequence=args.sequence) for d in devices]
+    profile = devices[0]
+    profiles = [d.replace(name=f"{d.name}-decode-{r}", decode_reference=r) for d in devices
+                for r in args.decode_references or ()] or devices
     if args.workers:
         profiles = [p.replace(name=f"{p.name}-workers{w}", workers=w) for p in profiles for w in args.workers]
     archs = spread_sample(args.models)
@@ -183,9 +188,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # As a search, profile or check runs: milliseconds (and a decode step's unit) through the machine's
         # pinned calibration, measured once here (the store's, in a product run).
-        with Runner(profile) as runner:
-            pinned = runner.measure_pinned()
-        print(f"pinned: compute reference {pinned.reference_ms:.3f} ms, bandwidth reference {pinned.bandwidth_ms:.3f} ms")
+        pinned = []
+        for p in profiles:  # each its own: thread counts and huge pages change the references' speed
+            with Runner(p) as runner:
+                pinned.append(runner.measure_pinned())
+            print(f"pinned for {p.name}: compute reference {pinned[-1].reference_ms:.3f} ms, bandwidth reference "
+                  f"{pinned[-1].bandwidth_ms:.3f} ms")
         runs, kept, agains = [], [], []
         for k, condition in enumerate(conditions):
             order = range(len(archs)) if k % 2 == 0 else reversed(range(len(archs)))

@@ -72,10 +72,11 @@ def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | N
 
 
 # The profile's settings that decide how fast the reference model runs (not the workload or the repeat
-# policy: a stricter re-measurement shares the machine's pinned calibration).
+# policy: a stricter re-measurement shares the machine's pinned calibration). huge_pages is in a profile's
+# settings only when set (profile.LATER_SETTINGS), so calibrations pinned before it keep their keys.
 RUNTIME_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                     "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
-                    "allow_spinning")
+                    "allow_spinning", "huge_pages")
 
 
 def runtime_settings(profile) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def error_of(fn, *args, **kwargs) -> str:
 # ---------------------------------------------------------------------------------------------
 def test_builtins_are_listed_even_without_their_provider():
     profiles = {p.name: p for p in builtin_profiles()}
-    assert set(profiles) == {"cpu", "arm64", "cuda"} == set(builtin_names())
+    assert set(profiles) == {"cpu", "cpu-steady", "arm64", "cuda"} == set(builtin_names())
     assert all(p.source == "builtin" for p in profiles.values())
     assert profiles["cuda"].execution_provider == "CUDAExecutionProvider"
 
@@ -49,6 +49,12 @@ def test_cpu_profile_defaults():
     assert (cpu.execution_provider, cpu.batch, cpu.sequence) == ("CPUExecutionProvider", 1, 192)
     assert (cpu.warmup, cpu.min_runs, cpu.max_runs, cpu.tolerance) == (2, 5, 50, 0.02)
     assert cpu.memory_limit_mb is None and cpu.max_temperature_c is None
+
+
+def test_cpu_steady_is_cpu_with_one_thread_on_huge_pages():
+    cpu, steady = load_profile("cpu"), load_profile("cpu-steady")
+    assert steady.replace(name="cpu", description=cpu.description) == cpu.replace(intra_op_threads=1, huge_pages=True)
+    assert steady.settings_hash() != cpu.settings_hash()
 
 
 def test_arm64_profile_is_for_fanless_boards():
@@ -158,7 +164,7 @@ def test_name_defaults_to_the_file_name(tmp_path):
 
 def test_unknown_profile_name_lists_the_known_ones():
     message = error_of(load_profile, "raspberry")
-    assert message == "unknown device profile 'raspberry' (known: arm64, cpu, cuda; or give the path of a .toml file)"
+    assert message == "unknown device profile 'raspberry' (known: arm64, cpu, cpu-steady, cuda; or give the path of a .toml file)"
 
 
 def test_missing_file(tmp_path):

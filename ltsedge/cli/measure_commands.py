@@ -29,8 +29,10 @@ def devices() -> None:
     """List the built-in device profiles."""
     from ltsedge.devices import builtin_profiles
 
-    for profile in builtin_profiles():
-        typer.echo(f"{profile.name:<8} {profile.description}")
+    profiles = builtin_profiles()
+    width = max(len(p.name) for p in profiles)
+    for profile in profiles:
+        typer.echo(f"{profile.name:<{width}} {profile.description}")
 
 
 def profile(

@@ -29,7 +29,8 @@ SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter
             "allow_spinning", "batch", "sequence", "warmup", "min_runs", "max_runs", "max_seconds", "tolerance")
 # Settings added after stores held figures, with the value every figure before them was measured at: in
 # the key only when set to something else, so those figures keep their keys.
-LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0, "decode_reference": "bandwidth", "workers": 1}
+LATER_SETTINGS = {"malloc_mmap_threshold_kb": 0, "decode_reference": "bandwidth", "workers": 1,
+                  "huge_pages": False}
 MAX_WORKERS = 9
 # What a decode step is timed beside (runners/timing.py): the bandwidth reference, or nothing (its own
 # milliseconds through the pinned calibration). Which repeats better depends on the host: docs/measurement.md.
@@ -56,6 +57,11 @@ class DeviceProfile:
     # that repeat. 0 = glibc's own, which moves with what was freed: an app's default, whose peak varies
     # between runs (docs/benchmarks.md, "Memory that holds still"). No effect without glibc.
     malloc_mmap_threshold_kb: int = 0
+    # The measuring worker's large blocks (weights, the arena) on transparent huge pages, through glibc's
+    # tunable glibc.malloc.hugetlb=1 (runners/process.py): a figure then moves less with where in physical
+    # memory a worker's pages landed. An app gets the same with GLIBC_TUNABLES=glibc.malloc.hugetlb=1.
+    # No effect without glibc, or where the kernel's transparent huge pages are "never".
+    huge_pages: bool = False
     # [workload]: one forward pass of batch x sequence tokens (LiteTransformerSearch protocol)
     batch: int = 1
     sequence: int = 192

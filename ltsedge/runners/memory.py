@@ -51,6 +51,35 @@ def fix_mmap_threshold(kib: int) -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, int(kib) * 1024))
 
 
+HUGETLB_TUNABLE = "glibc.malloc.hugetlb=1"  # glibc >= 2.35: madvise(MADV_HUGEPAGE) on malloc's large blocks
+THP_MODE_FILE = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def with_huge_pages(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with glibc's huge-page tunable added to any the user set (read once, at process start)."""
+    tunables = env.get("GLIBC_TUNABLES")
+    return {**env, "GLIBC_TUNABLES": f"{tunables}:{HUGETLB_TUNABLE}" if tunables else HUGETLB_TUNABLE}
+
+
+def huge_pages_state() -> str:
+    """Whether this process's large blocks can be on transparent huge pages: "on", "off" (not asked for),
+    or why not ("no glibc", "kernel: never", "kernel: unknown")."""
+    if HUGETLB_TUNABLE not in os.environ.get("GLIBC_TUNABLES", "").split(":"):
+        return "off"
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return "no glibc"
+    try:
+        with open(THP_MODE_FILE) as f:
+            mode = re.search(r"\[(\w+)\]", f.read())
+    except OSError:
+        mode = None
+    if mode is None:
+        return "kernel: unknown"
+    return "on" if mode.group(1) in ("always", "madvise") else f"kernel: {mode.group(1)}"
+
+
 def release_memory() -> None:
     """Collect garbage and return freed heap pages to the kernel (glibc only; musl has no malloc_trim)."""
     gc.collect()

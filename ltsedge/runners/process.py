@@ -22,6 +22,7 @@ import psutil
 
 import ltsedge
 from ltsedge.errors import LtsedgeError
+from ltsedge.runners.memory import with_huge_pages
 from ltsedge.runners.protocol import read_message, write_message
 
 MB = 2**20
@@ -34,7 +35,7 @@ class WorkerDied(Exception):
 
 
 class WorkerProcess:
-    def __init__(self, log_path: Path):
+    def __init__(self, log_path: Path, *, huge_pages: bool = False):
         if os.name != "posix":
             raise LtsedgeError("measuring needs Linux or macOS (the worker's pipe is waited on with select)")
         self.log_path = log_path
@@ -43,6 +44,8 @@ class WorkerProcess:
         env = dict(os.environ)
         package_root = str(Path(ltsedge.__file__).resolve().parent.parent)  # find this ltsedge, not another
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        if huge_pages:  # glibc reads its tunables once, at start-up: the profile's setting is the process's
+            env = with_huge_pages(env)
         # ``python -m`` puts the working directory first on sys.path: the worker starts in the runner's
         # own scratch directory, so a statistics.py (or any module) where the user runs ltsedge is never
         # imported. Model paths are made absolute by the Runner.

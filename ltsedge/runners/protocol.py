@@ -39,6 +39,7 @@ class RunSettings:
     malloc_mmap_threshold_kb: int = 0  # in settings() only when set (profile.LATER_SETTINGS)
     decode_reference: str = "bandwidth"  # likewise
     workers: int = 1  # likewise; the Runner's to act on (pooling.py), not the worker's
+    huge_pages: bool = False  # likewise; the worker's environment from its start (process.py)
 
     @classmethod
     def from_profile(cls, profile) -> RunSettings:

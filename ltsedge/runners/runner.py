@@ -71,6 +71,7 @@ class Runner(RunnerCalibration):
         self._worker: WorkerProcess | None = None
         self._reference_paths: set[Path] = set()
         self._count = 0
+        self._said_no_huge_pages = False
         self._init_calibration(calibration, pinned)
 
     # -- public API ------------------------------------------------------------------------------
@@ -240,7 +241,12 @@ class Runner(RunnerCalibration):
     # -- the worker ------------------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive:
-            self._worker = WorkerProcess(Path(self._tmp.name) / "worker.log")
+            self._worker = WorkerProcess(Path(self._tmp.name) / "worker.log", huge_pages=self.profile.huge_pages)
+            state = self._worker.hello.get("huge_pages", "off")
+            if self.profile.huge_pages and state != "on" and not self._said_no_huge_pages:
+                self._said_no_huge_pages = True
+                self.log(f"huge_pages is set but this worker's blocks cannot be on huge pages ({state}): "
+                         f"figures are measured with the system's pages")
         return self._worker
 
     @property

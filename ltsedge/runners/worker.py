@@ -20,7 +20,8 @@ milliseconds). A profile with ``decode_reference = "none"`` times a decode step 
 samples" are the request's ``calibration_ms`` (the parent's pinned calibration), so its ratio is its own
 milliseconds in the compute reference's unit.
   -> {"cmd": "exit"}  (or EOF)
-On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset.
+On start it sends {"hello": ...}: pid, RSS, whether the peak-RSS counter can be reset, whether its large
+blocks are on huge pages (the environment it was started with: process.py).
 
 Peak memory (Linux): writing "5" to /proc/self/clear_refs resets the kernel's peak-RSS counter
 (VmHWM) to the current RSS; the model's figure is VmHWM after the runs minus RSS before loading.
@@ -50,6 +51,7 @@ from ltsedge.runners.inputs import (
 )
 from ltsedge.runners.memory import (
     gpu_memory_bytes,
+    huge_pages_state,
     peak_reset_works,
     peak_rss_bytes,
     release_memory,
@@ -236,7 +238,7 @@ def hello(peak_resettable: bool) -> dict:
 
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "scipy", "pymoo"))
     return {"hello": True, "pid": os.getpid(), "rss_mb": rss_bytes() / MB, "peak_resettable": peak_resettable,
-            "onnxruntime": onnxruntime.__version__, "heavy_modules": heavy}
+            "onnxruntime": onnxruntime.__version__, "heavy_modules": heavy, "huge_pages": huge_pages_state()}
 
 
 def main() -> None:
