@@ -2,7 +2,7 @@
 
 Five architectures spread over the quick preset's space by decoder parameters (1-6 layers, d_model up
 to 384: a check of the default space's 16 x 1024 models takes minutes a run; forward pass, sequence
-192, the `cpu` profile) are exported once and measured by one `ltsedge check` (a fresh store: it pins this
+192, the `cpu` profile or ``--device``'s) are exported once and measured by one `ltsedge check` (a fresh store: it pins this
 machine's calibration, as a CI cache would keep it). Each model then gets budgets 10% from its own
 figures, one figure deciding each verdict: latency and memory budgets 10% above (should pass) for models
 1 and 5, the latency budget 10% below (should fail on latency) for 2 and 4, the memory budget 10% below
@@ -17,6 +17,7 @@ measurements the runs took (a verdict over its limit or marginal is measured aga
 Target (issue 21): the same verdict 50 of 50.
 
     python benchmarks/check_verdicts.py [--models 5] [--runs 10] [--margin 0.1] [--conditions quiet loaded]
+                                       [--device cpu-steady]
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ from ltsedge.exporters.options import ExportOptions  # noqa: E402
 from ltsedge.search.api import SearchOptions, resolve  # noqa: E402
 
 
-def check(models: list[Path], store: Path, *extra: str) -> dict:
+def check(models: list[Path], store: Path, device: str, *extra: str) -> dict:
     env = {**os.environ, "CI": "true", "LTSEDGE_STORE": str(store)}
-    proc = subprocess.run([sys.executable, "-m", "ltsedge", "check", *map(str, models), "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "ltsedge", "check", *map(str, models), "--device", device,
                            "--json", *extra], capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"ltsedge check failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
@@ -57,12 +58,12 @@ def check(models: list[Path], store: Path, *extra: str) -> dict:
 SIDES = ((1, 1), (-1, 1), (1, -1), (-1, 1), (1, 1))
 
 
-def budgets_file(path: Path, figures: list[dict], margin: float) -> list[bool]:
+def budgets_file(path: Path, figures: list[dict], margin: float, device: str) -> list[bool]:
     """Budgets ``margin`` from each model's figures on the sides ``SIDES`` says; the verdicts intended."""
     lines, intended = [], []
     for i, r in enumerate(figures):
         latency, memory = SIDES[i % len(SIDES)]
-        lines += ["[[model]]", f'path = "{Path(r["path"]).name}"', "[model.budgets.cpu]",
+        lines += ["[[model]]", f'path = "{Path(r["path"]).name}"', f"[model.budgets.{device}]",
                   f"max_latency_ms = {r['latency_ms'] * (1 + latency * margin):.4f}",
                   f"max_memory_mb = {r['peak_memory_mb'] * (1 + memory * margin):.4f}", ""]
         intended.append(latency > 0 and memory > 0)
@@ -70,11 +71,11 @@ def budgets_file(path: Path, figures: list[dict], margin: float) -> list[bool]:
     return intended
 
 
-def repeated(models: list[Path], store: Path, budgets: Path, runs: int) -> list[dict[str, bool]]:
+def repeated(models: list[Path], store: Path, budgets: Path, runs: int, device: str) -> list[dict[str, bool]]:
     """Each run's verdict per model (passed, counting marginal as CI does) and its marginal checks."""
     out = []
     for _ in range(runs):
-        report = check(models, store, "--budgets", str(budgets))
+        report = check(models, store, device, "--budgets", str(budgets))
         out.append({Path(r["path"]).name: (r["passed"], sum(bool(v) for v in r["marginal"].values()),
                                            r["latency_ms"], r["peak_memory_mb"],
                                            (r["measurement"] or {}).get("latency_ms"), 1 + len(r["remeasurements"]))
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--margin", type=float, default=0.1)
     parser.add_argument("--conditions", nargs="+", choices=["quiet", "loaded"], default=["quiet", "loaded"])
+    parser.add_argument("--device", default="cpu", help="a built-in device profile's name (e.g. cpu-steady)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltsedge-verdicts-") as tmp:
         tmp = Path(tmp)
@@ -121,21 +123,22 @@ def main() -> None:
             models.append(path)
         store = tmp / "store.sqlite"
         started = time.perf_counter()
-        first = check(models, store, "--max-latency-ms", "1e9", "--max-memory-mb", "1e9")
+        first = check(models, store, args.device, "--max-latency-ms", "1e9", "--max-memory-mb", "1e9")
         print(f"{len(models)} models (quick space, forward, sequence 192), first check {time.perf_counter() - started:.0f} s; "
               f"between-run spread kept with the calibration: {first['between_run_spread']:.1%}")
         for r in first["results"]:
             print(f"  {Path(r['path']).name}: {r['latency_ms']:.2f} ms, {r['peak_memory_mb']:.1f} MB")
         budgets = tmp / "budgets.toml"
         intended = dict(zip((Path(r["path"]).name for r in first["results"]),
-                            budgets_file(budgets, first["results"], args.margin)))
+                            budgets_file(budgets, first["results"], args.margin, args.device)))
         print(f"\n{args.runs} runs of `CI=true ltsedge check --budgets` (budgets {args.margin:.0%} from the figures):")
         print("| condition | same verdict as the model's usual | as intended | marginal checks | measurements "
               "| wall |")
         print("|---|---|---|---|---|---|")
         if "quiet" in args.conditions:
             clock = time.perf_counter()
-            summarise("quiet", repeated(models, store, budgets, args.runs), intended, time.perf_counter() - clock)
+            quiet = repeated(models, store, budgets, args.runs, args.device)
+            summarise("quiet", quiet, intended, time.perf_counter() - clock)
         if "loaded" not in args.conditions:
             return
         stop = mp.Event()
@@ -143,7 +146,7 @@ def main() -> None:
         neighbour.start()
         try:
             clock = time.perf_counter()
-            loaded = repeated(models, store, budgets, args.runs)
+            loaded = repeated(models, store, budgets, args.runs, args.device)
         finally:
             stop.set()
             neighbour.join(timeout=10)
