@@ -124,16 +124,16 @@ ESTIMATORS = {
 }
 
 
-def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pinned=(),
+def measure_all(archs, profiles, tmp: Path, order, variant: str = "forward", pinned=None,
                 samples: dict | None = None, again: dict | None = None) -> list[dict]:
     """Each model of ``order`` measured once in one fresh worker per profile (side by side: model after
     model, the profiles' order alternating), and, given ``again``, a second time right after by the first
     profile's (how far a figure moves within one worker process). ``samples``: the first profile's.
-    ``pinned``: each profile's pinned calibration."""
+    ``pinned``: each profile's pinned calibration (None: each runner calibrates itself)."""
     outs = [{} for _ in profiles]
     with contextlib.ExitStack() as stack:
         runners = [stack.enter_context(SampleKeepingRunner(p, log=lambda m: print("   ", m), pinned=pin))
-                   for p, pin in zip(profiles, pinned)]
+                   for p, pin in zip(profiles, pinned or [None] * len(profiles))]
         for n, i in enumerate(order):
             path = tmp / f"{archs[i].id}.onnx"
             export_model(archs[i], ExportOptions(variant=variant)).save(path)

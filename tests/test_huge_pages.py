@@ -20,18 +20,7 @@ from tests.helpers import FAST_DEVICE, one_line_exit_2, run_ltsedge
 
 FAST = load_profile("cpu").replace(min_runs=3, max_runs=5, max_seconds=1.0, warmup=1, drift_check_every=0)
 FINGERPRINT = {"cpu_model": "x", "onnxruntime": "1.0"}
-MB = 2**20
-
-
-def _kernel_thp_mode() -> str | None:
-    try:
-        found = re.search(r"\[(\w+)\]", Path(memory.THP_MODE_FILE).read_text())
-    except OSError:
-        return None
-    return found.group(1) if found else None
-
-
-THP = sys.platform.startswith("linux") and _kernel_thp_mode() in ("always", "madvise")
+THP = sys.platform.startswith("linux") and memory.kernel_thp_mode() in ("always", "madvise")
 
 
 def test_off_by_default_and_in_the_keys_only_when_set():

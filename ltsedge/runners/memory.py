@@ -70,14 +70,20 @@ def huge_pages_state() -> str:
 
     if platform.libc_ver()[0] != "glibc":
         return "no glibc"
-    try:
-        with open(THP_MODE_FILE) as f:
-            mode = re.search(r"\[(\w+)\]", f.read())
-    except OSError:
-        mode = None
+    mode = kernel_thp_mode()
     if mode is None:
         return "kernel: unknown"
-    return "on" if mode.group(1) in ("always", "madvise") else f"kernel: {mode.group(1)}"
+    return "on" if mode in ("always", "madvise") else f"kernel: {mode}"
+
+
+def kernel_thp_mode() -> str | None:
+    """The kernel's transparent-huge-page mode ("always", "madvise", "never"), or None where unreadable."""
+    try:
+        with open(THP_MODE_FILE) as f:
+            found = re.search(r"\[(\w+)\]", f.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 def release_memory() -> None:
