@@ -10,7 +10,6 @@ and its own drift guard. ``agent_info`` and ``measure_on_agent`` are the tasks a
 from __future__ import annotations
 
 import socket
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash, machine_fingerprint
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners.model_payload import write_beside
 from ltsedge.runners.racing import Race
+from ltsedge.scratch import ScratchDir
 
 SLOT = "ltsedge"  # one per agent: one measurement at a time
 MACHINE = "ltsedge-machine-"  # + fingerprint hash: which boards may serve a search
@@ -91,7 +91,7 @@ def measure_on_agent(model: bytes, profile: DeviceProfile, shapes: dict | None, 
     """The task a search sends: measure one model here, under the search's profile. Runs in the agent's
     one task thread. ``data``: the model's external data files, by the locations it names."""
     agent = _agent()
-    with agent.lock, tempfile.TemporaryDirectory(prefix="ltsedge-agent-") as folder:
+    with agent.lock, ScratchDir("ltsedge-agent-") as folder:
         if data:  # the model and its data side by side, as onnxruntime looks for them
             model = write_beside(Path(folder), model, data)
         m = agent.runner(profile).measure(model, shapes=shapes, race=race)

@@ -17,7 +17,6 @@ Calibrations (the scale of the milliseconds, the run's own, the drift guards): i
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ from ltsedge.runners.process import WorkerDied, WorkerProcess
 from ltsedge.runners.protocol import RunSettings
 from ltsedge.runners.racing import Race
 from ltsedge.runners.reference import bandwidth_model, reference_model
+from ltsedge.scratch import ScratchDir
 from ltsedge.wire import weights_mb
 from ltsedge.workloads import PRIMARY_WORKLOAD, WORKLOADS
 
@@ -67,7 +67,7 @@ class Runner(RunnerCalibration):
         self.log = log or _warn
         self.sensors = sensors or Sensors()
         self.clock, self.sleep = clock, sleep
-        self._tmp = tempfile.TemporaryDirectory(prefix="ltsedge-runner-")
+        self._tmp = ScratchDir("ltsedge-runner-")  # removed by a later Runner if we are killed outright
         self._worker: WorkerProcess | None = None
         self._reference_paths: set[Path] = set()
         self._count = 0
