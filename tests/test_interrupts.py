@@ -1,4 +1,4 @@
-"""Ctrl-C while torch builds a model lands after it, as a KeyboardInterrupt, with torch intact."""
+"""Ctrl-C and SIGTERM stop a command in order: while torch builds a model they land after it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from ltsedge.backbones import get_backbone
-from ltsedge.interrupts import interrupts_deferred
+from ltsedge.interrupts import Terminated, exit_code, interrupts_deferred, terminate_as_interrupt
 from tests.helpers import tiny_arch
 
 torch = pytest.importorskip("torch")
@@ -71,3 +71,36 @@ def test_an_ignored_sigint_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_sigterm_is_an_interrupt_inside_the_cli_and_at_its_default_after():
+    # `timeout`, `docker stop` and systemd stop a process with SIGTERM: the command must stop as Ctrl-C
+    # stops it (frontier written, worker stopped, scratch removed), then leave the handler as it was.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert exit_code() == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with terminate_as_interrupt():
+        assert exit_code() == 130  # a new command: no SIGTERM seen yet
+
+
+def test_sigterm_waits_for_a_deferred_section_too(python_sigint_handler):
+    with pytest.raises(Terminated), terminate_as_interrupt():
+        finished = False
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            finished = True
+    assert finished  # the section ran to its end before the SIGTERM landed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_sigterm_handler_someone_else_set_is_kept():
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        with terminate_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

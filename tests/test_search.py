@@ -1,4 +1,4 @@
-"""The search end to end on tiny models: outputs, non-dominance, budgets, kill and resume, Ctrl-C."""
+"""The search end to end on tiny models: outputs, non-dominance, budgets, kill and resume, Ctrl-C, SIGTERM."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ def dominates(a: dict, b: dict) -> bool:
     ka = (-a["decoder_params"], a["latency_ms"], a["peak_memory_mb"])
     kb = (-b["decoder_params"], b["latency_ms"], b["peak_memory_mb"])
     return all(x <= y for x, y in zip(ka, kb)) and ka != kb
+
+
+def ltsedge_scratch(folder: Path) -> list[str]:
+    """ltsedge's scratch directories in ``folder`` (a run's TMPDIR; torch keeps its own there too)."""
+    return [p.name for p in folder.iterdir() if p.name.startswith("ltsedge-")]
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -166,8 +171,11 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     out, store = tmp_path / "out", tmp_path / "s.sqlite"
     args = ["search", "--preset", "smoke", "--generations", 4, "--out", out, "--store", store, "--quiet",
             "--no-baseline", "--seed", 3]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
     proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True, env=env)
     deadline = time.time() + 120
     while not (out / "checkpoint.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -175,8 +183,10 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     proc.wait()
     assert (out / "checkpoint.json").exists() and not (out / "frontier.json").exists()
     measured_before = {r["id"] for r in read_jsonl(out / "candidates.jsonl")}
+    assert ltsedge_scratch(scratch)  # nothing could remove it
 
-    resumed = ltsedge_cli(*args)
+    resumed = subprocess.run([sys.executable, "-m", "ltsedge", *map(str, args)], capture_output=True, text=True,
+                             env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
     records = read_jsonl(out / "candidates.jsonl")
@@ -186,6 +196,7 @@ def test_kill_and_resume_measures_nothing_twice(tmp_path):
     assert measured_before < set(ids)
     summary = json.loads((out / "search.json").read_text())
     assert summary["generations_completed"] == 4
+    assert ltsedge_scratch(scratch) == []  # the killed run's scratch removed by the resumed one's runner
 
 
 @pytest.mark.slow
@@ -213,28 +224,33 @@ def test_changed_settings_refuse_to_resume_unless_restart(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_writes_the_frontier_found_so_far(tmp_path):
-    out = tmp_path / "out"
+@pytest.mark.parametrize("stop, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_writes_the_frontier_found_so_far(tmp_path, stop, code):
+    # SIGTERM as `timeout`, systemd or a cancelled CI job send it, to the whole group as they do.
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
     args = ["search", "--preset", "smoke", "--generations", 50, "--out", out, "--store", tmp_path / "s.sqlite",
             "--quiet", "--no-baseline"]
     # As a terminal starts it: Ctrl-C at its default. (A job started in the background by a non-interactive
     # shell, as CI may run this suite, inherits SIGINT ignored, and so would the search: it must not.)
     proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(scratch)},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not (out / "checkpoint.json").exists() and time.time() < deadline:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the worker gets it too
+    os.killpg(proc.pid, stop)  # as a terminal's Ctrl-C does: the worker gets it too
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     assert "Traceback" not in stderr
     summary = json.loads((out / "search.json").read_text())
     assert summary["interrupted"] is True and summary["generations_completed"] >= 1
     frontier = json.loads((out / "frontier.json").read_text())["models"]
     assert frontier and all((out / m["onnx"]).is_file() for m in frontier)
     errors = [r["error"] for r in csv.DictReader(open(out / "candidates.csv")) if r["error"]]
-    assert errors == []  # the keypress is not recorded as a crashed candidate
+    assert errors == []  # the signal is not recorded as a crashed candidate
+    assert ltsedge_scratch(scratch) == []  # the runners' scratch (the 100 MB reference) removed
 
 
 @pytest.mark.parametrize("args, message", [

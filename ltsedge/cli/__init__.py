@@ -20,6 +20,7 @@ from ltsedge.cli.costmodel_commands import costmodel, predict
 from ltsedge.cli.measure_commands import calibrate, devices, profile
 from ltsedge.cli.search_commands import agent, compare, report, search
 from ltsedge.errors import LtsedgeError
+from ltsedge.interrupts import Terminated, exit_code, terminate_as_interrupt
 
 app = typer.Typer(
     add_completion=False,
@@ -41,18 +42,24 @@ ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "Cl
 
 
 def main() -> None:
+    with terminate_as_interrupt():  # `timeout`, `docker stop`, systemd: stop as Ctrl-C does, results kept
+        code = _run()
+    sys.exit(code)
+
+
+def _run() -> int:
+    """The command's exit code: every error it can meet, as one line on stderr."""
     try:
         code = app(standalone_mode=False)
     except ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `ltsedge`: the help was printed, as asked
-            sys.exit(0)
+            return 0
         typer.echo(f"error: {e.format_message()}", err=True)  # a bad option value: one line, like ours
-        sys.exit(2)
+        return 2
     except LtsedgeError as e:
         typer.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except (KeyboardInterrupt, typer.Abort):
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
+        return e.exit_code
+    except (KeyboardInterrupt, typer.Abort) as e:
+        typer.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
+        return exit_code()
+    return code if isinstance(code, int) else 0

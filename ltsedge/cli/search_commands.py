@@ -21,6 +21,7 @@ from ltsedge.cli.options import (
     quantization_options,
 )
 from ltsedge.errors import LtsedgeError
+from ltsedge.interrupts import exit_code
 from ltsedge.validate import scheduler_address
 
 SCHEDULER_WAIT_S = 30.0  # how long `agent` waits for its scheduler to answer (as long as a search or profile does)
@@ -103,7 +104,7 @@ def search(
 
     print_summary(result)
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(exit_code())  # 130 after Ctrl-C, 143 after SIGTERM
     failed = result.failure_reason()
     if failed:
         typer.echo(f"error: {failed}", err=True)

@@ -245,9 +245,11 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # from here on, anything printed goes to stderr, not into the reply stream
     requests = sys.stdin.buffer
-    # Ctrl-C in a terminal reaches the whole process group: the parent decides what to do (it kills
-    # us if it must), so a keypress never turns into a "crashed" measurement.
+    # Ctrl-C in a terminal reaches the whole process group, and SIGTERM too where `timeout` or systemd
+    # sends it: the parent decides what to do (it kills us if it must; exit_with_parent if it died), so
+    # neither turns into a "crashed" measurement.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent()
     import onnxruntime  # noqa: F401 - imported before the first baseline, so it is not counted
 

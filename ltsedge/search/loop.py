@@ -25,6 +25,7 @@ from pymoo.termination.max_gen import MaximumGenerationTermination
 import ltsedge
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
+from ltsedge.interrupts import Terminated
 from ltsedge.runners import MeasuringRunner, Runner
 from ltsedge.runners.policy import Calibration, pinned_calibration
 from ltsedge.search import outputs
@@ -120,9 +121,10 @@ class SearchRun:
             try:
                 self._evolve(algorithm, evaluator, identity, started)
                 evaluator.settle_front(limit=self.settings.population, margin=self.settings.resolution)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 interrupted = True
-                self.log("interrupted: writing the frontier found so far (Ctrl-C again to stop at once)")
+                what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+                self.log(f"{what}: writing the frontier found so far (Ctrl-C again to stop at once)")
         if self.progress:
             self.progress.stop()
         candidates = evaluator.candidates()
