@@ -51,10 +51,10 @@ def test_cpu_profile_defaults():
     assert cpu.memory_limit_mb is None and cpu.max_temperature_c is None
 
 
-def test_cpu_steady_is_cpu_with_one_thread_on_huge_pages_in_two_workers():
+def test_cpu_steady_is_cpu_with_one_thread_on_huge_pages_in_three_workers():
     cpu, steady = load_profile("cpu"), load_profile("cpu-steady")
     assert steady.replace(name="cpu", description=cpu.description) == cpu.replace(intra_op_threads=1, huge_pages=True,
-                                                                                  workers=2)
+                                                                                  workers=3)
     assert steady.settings_hash() != cpu.settings_hash()
 
 
