@@ -28,12 +28,11 @@ LOCK_NAME = ".ltsedge-owner.lock"
 
 
 class ScratchDir:
-    """A temporary directory (``name``, ``path``) owned by this process until ``cleanup()``."""
+    """A temporary directory (``path``) owned by this process until ``cleanup()``."""
 
     def __init__(self, prefix: str):
         sweep_abandoned(prefix)
         self.path = Path(tempfile.mkdtemp(prefix=prefix))
-        self.name = str(self.path)
         self._lock: int | None = None
         if fcntl is None:
             return

@@ -31,7 +31,7 @@ def owner_process(*, then: str) -> tuple[subprocess.Popen, str]:
         from ltsedge.scratch import ScratchDir
         scratch = ScratchDir({PREFIX!r})
         (scratch.path / "model.onnx").write_bytes(b"x" * 1000)
-        print(scratch.name, flush=True)
+        print(scratch.path, flush=True)
         {then}
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

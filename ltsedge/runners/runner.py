@@ -157,7 +157,7 @@ class Runner(RunnerCalibration):
             # A file, not the pipe: the worker loads every model the same way, so a model's memory
             # figure does not depend on how it was handed over.
             self._count += 1
-            path = Path(self._tmp.name) / f"model-{self._count}.onnx"
+            path = self._tmp.path / f"model-{self._count}.onnx"
             path.write_bytes(model)
             return path, True
         path = Path(model)
@@ -241,7 +241,7 @@ class Runner(RunnerCalibration):
     # -- the worker ------------------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive:
-            self._worker = WorkerProcess(Path(self._tmp.name) / "worker.log", huge_pages=self.profile.huge_pages)
+            self._worker = WorkerProcess(self._tmp.path / "worker.log", huge_pages=self.profile.huge_pages)
             state = self._worker.hello.get("huge_pages", "off")
             if self.profile.huge_pages and state != "on" and not self._said_no_huge_pages:
                 self._said_no_huge_pages = True
@@ -273,7 +273,7 @@ class Runner(RunnerCalibration):
 
     def _reference(self, kind: str = "compute") -> Path:
         """The reference model's file (written once per runner): "compute" or "bandwidth"."""
-        path = Path(self._tmp.name) / f"reference-{kind}.onnx"
+        path = self._tmp.path / f"reference-{kind}.onnx"
         if path not in self._reference_paths:
             path.write_bytes(reference_model() if kind == "compute" else bandwidth_model())
             self._reference_paths.add(path)
