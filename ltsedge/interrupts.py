@@ -3,7 +3,7 @@ an interrupt must not cut.
 
 SIGTERM is how everything but a terminal stops a process: `timeout`, `docker stop`, systemd, a CI job
 cancelled. At Python's default it kills at once: a search then wrote no frontier, its measuring worker
-and 100 MB scratch directory were left behind. ``terminate_as_interrupt`` makes it a ``Terminated``
+and scratch directory were left behind. ``terminate_as_interrupt`` makes it a ``Terminated``
 (a KeyboardInterrupt), so it goes the way Ctrl-C goes: the frontier found so far written, the worker
 stopped, scratch removed, exit code 143 (``exit_code``) instead of 130.
 

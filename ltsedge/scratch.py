@@ -2,8 +2,9 @@
 
 A ``TemporaryDirectory`` is removed when its owner closes it or exits normally, not when the owner is
 killed (SIGKILL, the kernel's OOM killer, a board losing power with /tmp on its SD card). A Runner's
-holds the 100 MB bandwidth reference, so every such death cost 100 MB of /tmp, which on a board is
-often RAM (tmpfs): the test suite alone left ~20 of them per run on a CI machine.
+held the 100 MB bandwidth reference (now shared in the cache folder: ``cache.py``), so every such death
+cost 100 MB of /tmp, which on a board is often RAM (tmpfs): the test suite alone left ~20 of them per
+run on a CI machine. It still holds the model being measured, and the worker's log.
 
 So each scratch directory holds a lock file, locked (``flock``) by its owner for as long as it lives.
 The kernel releases the lock when the owner dies, however it dies. Making a new scratch directory

@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ltsedge import __version__, store_sqlite
+from ltsedge.cache import cache_dir
 from ltsedge.errors import LtsedgeError
 from ltsedge.store_sqlite import KEY_COLUMNS, UPSERT, init_schema, sqlite_errors
 from ltsedge.validate import reject_unknown
@@ -41,19 +41,7 @@ def default_store_path() -> Path:
     override = os.environ.get(ENV_VAR)
     if override:
         return Path(override).expanduser()
-    return _cache_dir() / FILENAME
-
-
-def _cache_dir() -> Path:
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME", "")
-        # The XDG spec says relative values are invalid and must be ignored.
-        base = xdg if os.path.isabs(xdg) else Path.home() / ".cache"
-    return Path(base) / "ltsedge"
+    return cache_dir() / FILENAME
 
 
 class MeasurementStore:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ltsedge.cache import cache_dir, content_file
 from ltsedge.devices import DeviceProfile, check_provider
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.devices.sensors import Sensors
@@ -69,7 +70,7 @@ class Runner(RunnerCalibration):
         self.clock, self.sleep = clock, sleep
         self._tmp = ScratchDir("ltsedge-runner-")  # removed by a later Runner if we are killed outright
         self._worker: WorkerProcess | None = None
-        self._reference_paths: set[Path] = set()
+        self._reference_paths: dict[str, Path] = {}
         self._count = 0
         self._said_no_huge_pages = False
         self._init_calibration(calibration, pinned)
@@ -272,12 +273,17 @@ class Runner(RunnerCalibration):
                                 sleep=self.sleep, log=self.log)
 
     def _reference(self, kind: str = "compute") -> Path:
-        """The reference model's file (written once per runner): "compute" or "bandwidth"."""
-        path = self._tmp.path / f"reference-{kind}.onnx"
-        if path not in self._reference_paths:
-            path.write_bytes(reference_model() if kind == "compute" else bandwidth_model())
-            self._reference_paths.add(path)
-        return path
+        """The reference model's file, "compute" or "bandwidth": one copy per machine in ltsedge's cache
+        folder (``cache.py``), or in this Runner's scratch directory where the cache cannot be written."""
+        if kind not in self._reference_paths:
+            data = reference_model() if kind == "compute" else bandwidth_model()
+            try:
+                self._reference_paths[kind] = content_file(data, f"reference-{kind}", cache_dir() / "references",
+                                                           self._tmp.path)
+            except OSError as e:
+                raise LtsedgeError(f"cannot write the {kind} reference model ({e})") from None
+        return self._reference_paths[kind]
+
 
 def measure(model: Model, profile: DeviceProfile, *, shapes: dict[str, list[int]] | None = None,
             **runner_options: Any) -> Measurement:

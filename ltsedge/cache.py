@@ -1,0 +1,72 @@
+"""ltsedge's cache folder, and the files in it that are named by their content.
+
+A Runner used to write its own copy of each reference model (the bandwidth one is 100 MB) into its scratch
+directory: 100 MB written per Runner (on a board, to an SD card or to a RAM-backed /tmp) and 100 MB of
+/tmp held while it lived. Now the copy is written once per machine into the cache folder, under a name
+that carries its SHA-256, and checked against that name each time it is reused (a file cut short by a
+power loss, or one from a reference that changed, is not reused but written afresh beside it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+DIGEST_CHARS = 16  # of the SHA-256's hex digits, in the file's name
+
+
+def cache_dir() -> Path:
+    """ltsedge's folder in the user's cache directory (the platform's convention)."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        # The XDG spec says relative values are invalid and must be ignored.
+        base = xdg if os.path.isabs(xdg) else Path.home() / ".cache"
+    return Path(base) / "ltsedge"
+
+
+def content_file(data: bytes, stem: str, *folders: Path) -> Path:
+    """A file holding ``data``, named ``{stem}-{digest}.onnx``: reused from the first of ``folders`` that
+    has it intact, else written into the first that can be written (a read-only or full cache falls
+    through to the next: a Runner passes its scratch directory last). Raises OSError if none can."""
+    digest = hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
+    name = f"{stem}-{digest}.onnx"
+    for folder in folders:
+        path = Path(folder) / name
+        if _holds(path, digest):
+            return path
+    error: OSError | None = None
+    for folder in folders:
+        try:
+            return _write(Path(folder), name, data)
+        except OSError as e:
+            error = error or e
+    raise error or OSError(f"no folder to write {name} into")
+
+
+def _holds(path: Path, digest: str) -> bool:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:DIGEST_CHARS] == digest
+    except OSError:
+        return False
+
+
+def _write(folder: Path, name: str, data: bytes) -> Path:
+    """Written under a temporary name and renamed: a reader never sees it half written, and two
+    processes writing it at once each rename a whole copy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".new", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return folder / name
