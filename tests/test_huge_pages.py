@@ -20,7 +20,7 @@ from tests.helpers import FAST_DEVICE, one_line_exit_2, run_ltsedge
 
 FAST = load_profile("cpu").replace(min_runs=3, max_runs=5, max_seconds=1.0, warmup=1, drift_check_every=0)
 FINGERPRINT = {"cpu_model": "x", "onnxruntime": "1.0"}
-THP = sys.platform.startswith("linux") and memory.kernel_thp_mode() in ("always", "madvise")
+THP = sys.platform.startswith("linux") and memory.huge_pages_unavailable() is None
 
 
 def test_off_by_default_and_in_the_keys_only_when_set():
@@ -67,7 +67,7 @@ def _anon_huge_mb(pid: int) -> float:
     return int(re.search(r"^AnonHugePages:\s+(\d+) kB", text, re.M).group(1)) / 1024
 
 
-@pytest.mark.skipif(not THP, reason="needs Linux with transparent huge pages (always or madvise)")
+@pytest.mark.skipif(not THP, reason="needs Linux, glibc and transparent huge pages (always or madvise)")
 def test_the_workers_weights_land_on_huge_pages_only_when_asked(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(reference_model())

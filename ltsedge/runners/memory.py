@@ -63,9 +63,15 @@ def with_huge_pages(env: dict[str, str]) -> dict[str, str]:
 
 def huge_pages_state() -> str:
     """Whether this process's large blocks can be on transparent huge pages: "on", "off" (not asked for),
-    or why not ("no glibc", "kernel: never", "kernel: unknown")."""
+    or why not (``huge_pages_unavailable``)."""
     if HUGETLB_TUNABLE not in os.environ.get("GLIBC_TUNABLES", "").split(":"):
         return "off"
+    return huge_pages_unavailable() or "on"
+
+
+def huge_pages_unavailable() -> str | None:
+    """Why a process here cannot put its blocks on transparent huge pages ("no glibc", "kernel: never",
+    "kernel: unknown"), or None where it can (glibc's tunable, the kernel's mode always or madvise)."""
     import platform
 
     if platform.libc_ver()[0] != "glibc":
@@ -73,7 +79,7 @@ def huge_pages_state() -> str:
     mode = kernel_thp_mode()
     if mode is None:
         return "kernel: unknown"
-    return "on" if mode in ("always", "madvise") else f"kernel: {mode}"
+    return None if mode in ("always", "madvise") else f"kernel: {mode}"
 
 
 def kernel_thp_mode() -> str | None:
