@@ -15,6 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ltsedge.errors import LtsedgeError
+from ltsedge.files import sha256_of
+
 DIGEST_CHARS = 16  # of the SHA-256's hex digits, in the file's name
 
 
@@ -51,15 +54,19 @@ def content_file(data: bytes, stem: str, *folders: Path) -> Path:
 
 
 def _holds(path: Path, digest: str) -> bool:
+    if not path.is_file():
+        return False
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:DIGEST_CHARS] == digest
-    except OSError:
+        return sha256_of(path, "cached file")[:DIGEST_CHARS] == digest  # in blocks: no 100 MB read at once
+    except LtsedgeError:  # unreadable: written afresh beside it
         return False
 
 
 def _write(folder: Path, name: str, data: bytes) -> Path:
-    """Written under a temporary name and renamed: a reader never sees it half written, and two
-    processes writing it at once each rename a whole copy."""
+    """Written under a temporary name and renamed: a reader never sees it half written. Not
+    ``files.write_file``: its one ``.partial`` name per file is for a single writer, and two Runners
+    starting at once on a fresh machine each write this copy; here each writes its own temporary file
+    and renames a whole copy."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".new", dir=folder)
     try:

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from ltsedge.cache import cache_dir, content_file
+from ltsedge.devices import load_profile
 from ltsedge.runners import Runner
-from tests.test_runners import FAST
 
 DATA = b"onnx bytes" * 1000
 
@@ -63,7 +63,7 @@ def test_runners_share_one_copy_of_the_references(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     scratches = []
     for _ in range(2):
-        with Runner(FAST) as runner:
+        with Runner(load_profile("cpu")) as runner:
             scratches.append(runner._tmp.path)
             refs = {kind: runner._reference(kind) for kind in ("compute", "bandwidth")}
             assert all(p.parent == cache_dir() / "references" for p in refs.values())
