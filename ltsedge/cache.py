@@ -5,20 +5,31 @@ directory: 100 MB written per Runner (on a board, to an SD card or to a RAM-back
 /tmp held while it lived. Now the copy is written once per machine into the cache folder, under a name
 that carries its SHA-256, and checked against that name each time it is reused (a file cut short by a
 power loss, or one from a reference that changed, is not reused but written afresh beside it).
+
+A copy is written under a temporary name, locked by its writer until it is renamed (``scratch.hold``):
+a writer killed outright leaves it behind (up to 100 MB), and the next use of the folder removes it
+once its lock is free. Nothing else is removed: not a live writer's temporary, nor any file whose
+name is not one of ours.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import sha256_of
+from ltsedge.scratch import claim_abandoned, hold
 
 DIGEST_CHARS = 16  # of the SHA-256's hex digits, in the file's name
+TEMPORARY_SUFFIX = ".new"
+# ``.{stem}-{digest}.onnx.{mkstemp's 8 characters}.new``: what ``_write`` names its temporaries.
+TEMPORARY_NAME = re.compile(rf"\..+-[0-9a-f]{{{DIGEST_CHARS}}}\.onnx\.[a-z0-9_]{{8}}{re.escape(TEMPORARY_SUFFIX)}")
 
 
 def cache_dir() -> Path:
@@ -40,6 +51,8 @@ def content_file(data: bytes, stem: str, *folders: Path) -> Path:
     through to the next: a Runner passes its scratch directory last). Raises OSError if none can."""
     digest = hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
     name = f"{stem}-{digest}.onnx"
+    for folder in folders:
+        sweep_abandoned_copies(folder)
     for folder in folders:
         path = Path(folder) / name
         if _holds(path, digest):
@@ -68,12 +81,52 @@ def _write(folder: Path, name: str, data: bytes) -> Path:
     starting at once on a fresh machine each write this copy; here each writes its own temporary file
     and renames a whole copy."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".new", dir=folder)
+    fd, tmp = _locked_temporary(folder, name)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, folder / name)
+            os.replace(tmp, folder / name)  # before the lock goes with the descriptor: never swept whole
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return folder / name
+
+
+def _locked_temporary(folder: Path, name: str) -> tuple[int, str]:
+    """A new temporary file for ``name``, locked while this writer lives. Made again if a sweep removed
+    it in the instant between its creation and its lock (to the sweep, a temporary with a free lock)."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMPORARY_SUFFIX, dir=folder)
+        hold(fd)
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def sweep_abandoned_copies(folder: str | Path) -> list[Path]:
+    """Remove the temporaries in ``folder`` that ``_write`` named and whose writer is gone (their lock
+    free); return them. Never raises: what it cannot read or lock is left as it is."""
+    removed: list[Path] = []
+    try:
+        candidates = [e for e in os.scandir(folder) if TEMPORARY_NAME.fullmatch(e.name)]
+    except OSError:  # no folder yet, or not ours to read
+        return removed
+    for entry in candidates:
+        fd = claim_abandoned(Path(entry.path))
+        if fd is None:  # its writer lives (or no lock to take: not ours to judge)
+            continue
+        try:
+            found = os.fstat(fd)
+            # Still the file we locked (not renamed away meanwhile), a regular file, and this user's.
+            if (stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid()
+                    and os.path.samestat(found, os.lstat(entry.path))):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed

@@ -11,6 +11,9 @@ The kernel releases the lock when the owner dies, however it dies. Making a new 
 removes those of the same prefix whose lock is free: ltsedge wrote them, and their owner is gone.
 A directory without the lock file (another tool's, an older ltsedge's) or whose lock is held (its
 owner alive, or a child it forked holding the descriptor) is never touched.
+
+The cache's temporary copies (``cache.py``) are marked the same way: ``hold`` by their writer,
+``claim_abandoned`` by whoever sweeps them.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class ScratchDir:
         # Locked before it gets its final name: a sweep never sees the lock file unlocked while we live.
         pending = self.path / (LOCK_NAME + ".new")
         self._lock = os.open(pending, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        hold(self._lock)
         os.rename(pending, self.path / LOCK_NAME)
 
     def cleanup(self) -> None:
@@ -72,13 +75,10 @@ def sweep_abandoned(prefix: str, folder: str | Path | None = None) -> list[Path]
         try:
             if directory.is_symlink() or directory.stat().st_uid != os.getuid():
                 continue  # another user's, even to root: theirs to clean
-            fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:  # no lock file: not a scratch directory of ours (or not ours to open)
+        except OSError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: its owner lives
-            os.close(fd)
+        fd = claim_abandoned(directory / LOCK_NAME)
+        if fd is None:  # no lock file (not a scratch directory of ours), or held: its owner lives
             continue
         try:
             shutil.rmtree(directory, ignore_errors=True)
@@ -86,3 +86,28 @@ def sweep_abandoned(prefix: str, folder: str | Path | None = None) -> list[Path]
         finally:
             os.close(fd)
     return removed
+
+
+def hold(fd: int) -> None:
+    """Lock the open file ``fd`` for as long as this process keeps it open: the mark of a live owner. The
+    kernel releases it when the owner dies, however it dies."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def claim_abandoned(path: Path) -> int | None:
+    """A descriptor of ``path`` holding its lock, if its owner is gone (the caller removes what it marked,
+    then closes the descriptor); None while an owner holds it, or if it cannot be opened (absent, a
+    link, not ours to read) or locked (no ``fcntl``: Windows)."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: its owner lives
+        os.close(fd)
+        return None
+    return fd
