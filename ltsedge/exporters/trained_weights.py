@@ -4,7 +4,8 @@ Reading never runs code from the file: ``torch.load(weights_only=True)`` or safe
 cannot be read so is refused in ltsedge's own words (torch's warnings silenced, and never its advice to
 load with ``weights_only=False``). Only floating-point tensors are weights. The tensors
 are checked against the architecture's reference model (built on the meta device: names and shapes,
-no memory) and the first mismatch is a one-line error naming the tensor. The common wrappers of a
+no memory) and the first mismatch is a one-line error naming the tensor, as is a tensor without values of
+its own to export: on the meta device, sparse, or holding NaN or infinite values. The common wrappers of a
 training script are accepted: a ``{"model": state_dict}`` checkpoint, ``module.`` (DataParallel) and
 ``_orig_mod.`` (torch.compile) prefixes.
 """
@@ -100,13 +101,17 @@ def checked_weights(state_dict: Mapping, reference, source: str, tied_aliases: M
     """``state_dict`` as float32 arrays, after checking names and shapes against ``reference`` (a model
     on the meta device); the first offending tensor is the error. ``tied_aliases`` (alias -> name) are
     tied copies a checkpoint may carry: dropped when equal to the tensor they alias."""
+    import torch
+
     expected = reference.state_dict()
     state_dict = dict(state_dict)
+    for name, tensor in state_dict.items():  # before any comparison: torch raises on these, it never says which
+        _check_has_values(name, tensor, source)
     for alias, name in (tied_aliases or {}).items():
         if alias in state_dict and name in state_dict and alias not in expected:
-            import torch
-
             if not torch.equal(state_dict[alias], state_dict[name]):
+                for each in (name, alias):  # NaN is never equal to itself: name it rather than the tie
+                    _check_finite(each, state_dict[each], source)
                 raise LtsedgeError(f"{source}: tensor {alias!r} differs from {name!r}, which this architecture "
                                    f"ties it to (the output layer reuses the token embedding)")
             del state_dict[alias]
@@ -124,4 +129,43 @@ def checked_weights(state_dict: Mapping, reference, source: str, tied_aliases: M
     extra = [name for name in state_dict if name not in expected]
     if extra:
         raise LtsedgeError(f"{source}: tensor {extra[0]!r} is not part of this architecture's model")
-    return {name: state_dict[name].detach().float().contiguous().numpy() for name in expected}
+    arrays = {}
+    for name in expected:
+        weights = state_dict[name].detach().float()
+        _check_finite(name, weights, source, state_dict[name])
+        arrays[name] = weights.contiguous().numpy()
+    return arrays
+
+
+def _check_has_values(name: str, tensor, source: str) -> None:
+    """Refuse a tensor with no values in CPU memory to read: on the meta device (saved from a model built
+    empty, e.g. with ``init_empty_weights``), or sparse (its values are not laid out as the weights are)."""
+    import torch
+
+    if tensor.device.type != "cpu":  # every real device was mapped to the CPU on loading: meta is left
+        raise LtsedgeError(f"{source}: tensor {name!r} is on the {tensor.device.type} device, which holds no "
+                           f"values: save the weights of a model loaded or trained in memory")
+    if tensor.layout != torch.strided:
+        layout = str(tensor.layout).removeprefix("torch.")
+        raise LtsedgeError(f"{source}: tensor {name!r} is a {layout} tensor: weights must be dense "
+                           f"(save it with .to_dense())")
+
+
+def _check_finite(name: str, tensor, source: str, original=None) -> None:
+    """Refuse NaN or infinite values in ``tensor`` (a model computing with them outputs NaN, silently);
+    ``original``: the tensor before its conversion to float32, finite where float32's range was too small."""
+    import torch
+
+    bad = ~torch.isfinite(tensor)
+    if not bool(bad.any()):
+        return
+    first = [int(i) for i in np.unravel_index(np.argmax(bad.numpy()), bad.shape)]  # argmax: nonzero lists them all
+    count = int(bad.sum())
+    values = "value" if count == 1 else "values"
+    if original is not None and bool(torch.isfinite(original).all()):
+        raise LtsedgeError(f"{source}: tensor {name!r} has {count} {values} beyond float32's range (the first at "
+                           f"{first}): exported weights are float32")
+    nans = int(torch.isnan(tensor).sum())
+    kinds = " and ".join(f"{n} {kind}" for n, kind in ((nans, "NaN"), (count - nans, "infinite")) if n)
+    raise LtsedgeError(f"{source}: tensor {name!r} has {kinds} {values} (the first at {first}): weights must be "
+                       f"finite")
