@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.devices.profile import LATER_SETTINGS
 from ltsedge.errors import LtsedgeError
 from ltsedge.hashing import settings_hash
 from ltsedge.runners.reference import BANDWIDTH_VERSION
@@ -77,6 +78,24 @@ def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | N
 RUNTIME_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                     "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
                     "allow_spinning", "huge_pages")
+
+
+# What changes a figure's value (the runtime, the workload, the memory settings), as against the repeat policy
+# and the number of workers, which change only how precisely it is known: what a regression check
+# (``check --against``) must hold equal. A generate model's figures also depend on its decode context and on
+# what a decode step is timed beside (a ratio to the bandwidth reference, or plain milliseconds).
+FIGURE_SETTINGS = RUNTIME_SETTINGS + ("malloc_mmap_threshold_kb", "batch", "sequence")
+GENERATE_FIGURE_SETTINGS = ("context", "decode_reference")
+
+
+def figure_settings(profile, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
+    """The settings a figure of a ``variant`` model measured with ``profile`` depends on, every one named
+    (a later setting at its old value too, so records of before and after it compare)."""
+    settings = profile.settings()
+    out = {k: settings.get(k, LATER_SETTINGS.get(k)) for k in FIGURE_SETTINGS}
+    if variant != DEFAULT_VARIANT:
+        out.update({k: getattr(profile, k) for k in GENERATE_FIGURE_SETTINGS})
+    return out
 
 
 def runtime_settings(profile) -> dict[str, Any]:

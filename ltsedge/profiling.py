@@ -14,14 +14,14 @@ import tempfile
 from pathlib import Path
 
 from ltsedge.architecture import Architecture
-from ltsedge.check.model_files import check_shapes
+from ltsedge.check.model_files import check_shapes, inspect_model
 from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import check_precision
-from ltsedge.files import sha256_of
-from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT, file_key, measurement_key, measurement_settings
+from ltsedge.keys import (DEFAULT_PRECISION, DEFAULT_VARIANT, figure_settings, file_key, measurement_key,
+                          measurement_settings)
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
 from ltsedge.runners.measurement import complete
@@ -66,7 +66,8 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
                                f"was exported ({declared})")
         variant = declared
         check_shapes(path, shapes or {}, profile, str(path))
-        sha256 = sha256_of(path)
+        info = inspect_model(path)
+        sha256, precision = info.sha256, info.precision["precision"] if info.precision else None
         key = file_key(sha256)
     with MeasurementStore(store_path) as store, runner_factory(scheduler, machine)(profile) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
@@ -75,6 +76,8 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         measurement = None if fresh else store.get(*store_key)
         if measurement is not None and measurement.get("ok") and not complete(measurement):
             measurement = None  # a search's raced-out or coarse figure: profile times every workload in full
+        if measurement is not None and measurement.get("ok") and not _reportable(measurement):
+            measurement = None  # damaged: measured again, and the new figure replaces it
         cached = measurement is not None
         machine = {"run_calibration_ms": None, "machine_state": None}
         if measurement is None:
@@ -91,10 +94,23 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
             store.put(*store_key, measurement, fingerprint=fingerprint,
                       settings=measurement_settings(profile, shapes, variant))
     counts = count_params(arch).to_dict() if arch else {}
-    return {"model": str(path), "sha256": sha256, "variant": variant, "precision": precision, "device": profile.name,
+    return {"model": str(path), "sha256": sha256, "variant": variant, "precision": precision,
+            "settings": figure_settings(profile, variant), "device": profile.name,
             **measurement, **machine, **counts,
             "architecture_id": arch.id if arch else None, "shapes": shapes or None, "cached": cached,
             "execution_provider": profile.execution_provider, "fingerprint": fingerprint}
+
+
+# What profile reports of a success; every success ltsedge stores holds them (peak memory None where the
+# platform cannot read it).
+REPORTED = ("latency_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "runs", "peak_memory_mb", "weights_mb")
+
+
+def _reportable(measurement: dict) -> bool:
+    """Whether a stored success holds every figure profile reports, its latencies as numbers (their types
+    the store has checked)."""
+    return all(k in measurement for k in REPORTED) and all(
+        measurement[k] is not None for k in REPORTED if k.startswith("latency"))
 
 
 def _machine_state(runner) -> dict:

@@ -766,3 +766,101 @@ def test_benchmark_json_is_github_action_benchmark_s_custom_smaller_is_better(tm
         assert set(e) == {"name", "unit", "value", "range", "extra"} and isinstance(e["value"], float)
     assert entries[0]["unit"] == "ms" and entries[0]["value"] == 12.0 and entries[0]["range"].startswith("±")
     assert entries[1]["unit"] == "MB" and entries[1]["value"] == 55.0
+
+
+# ---------------------------------------------------------------------------------------------
+# --against compares like with like: variant, precision and the settings a figure depends on
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kinds_dir(tmp_path_factory):
+    """One architecture as a forward model, a generate model and an int8 forward model."""
+    from ltsedge.exporters.options import ExportOptions
+
+    d = tmp_path_factory.mktemp("check-kinds")
+    arch = Architecture(n_layer=1, d_model=32, n_head=[2], d_inner=[64], vocab_size=200, n_positions=64)
+    export_model(arch).save(d / "forward.onnx")
+    export_model(arch, ExportOptions(variant="generate")).save(d / "generate.onnx")
+    export_model(arch, ExportOptions(precision="int8")).save(d / "int8.onnx")
+    return d
+
+
+def previous_of(report, rename=None):
+    """``check --json`` of ``report`` as --against reads it, each model renamed as ``rename`` says (and then
+    matched by architecture id: another build of the same architecture, its hash unknown)."""
+    data = report.to_json()
+    for r in data["results"]:
+        if r["model"] in (rename or {}):
+            r["model"], r["sha256"] = rename[r["model"]], None
+    return data
+
+
+def kinds_check(kinds_dir, names, profile, against=None, **kw):
+    paths = [kinds_dir / n for n in names]
+    fake = FakeMeasure({n: meas(10.0, 100.0) for n in names})
+    return check([str(p) for p in paths], profile, fake, budgets={"max_latency_ms": 50}, against=against, **kw)
+
+
+@pytest.mark.parametrize("then, now", [("generate.onnx", "forward.onnx"), ("forward.onnx", "generate.onnx")])
+def test_another_variant_of_the_same_architecture_never_compares(kinds_dir, tmp_path, fast, then, now):
+    """Matched by architecture id, a decode step's figure was compared with a forward pass's (-96%, +2776%)."""
+    first = kinds_check(kinds_dir, [then], fast)
+    prev = write_json(tmp_path, previous_of(first, {str(kinds_dir / then): "elsewhere/model.onnx"}))
+    for force in (False, True):
+        with pytest.raises(LtsedgeError) as e:
+            kinds_check(kinds_dir, [now], fast, against=prev, force=force)
+        message = str(e.value)
+        assert "variant = " in message and "architecture id" in message and "\n" not in message
+
+
+def test_another_precision_is_refused_unless_forced_and_the_same_one_is_preferred(kinds_dir, tmp_path, fast):
+    fp32 = previous_of(kinds_check(kinds_dir, ["forward.onnx"], fast), {str(kinds_dir / "forward.onnx"): "a.onnx"})
+    prev = write_json(tmp_path, fp32)
+    with pytest.raises(LtsedgeError, match="precision = fp32 then, int8 now"):
+        kinds_check(kinds_dir, ["int8.onnx"], fast, against=prev)
+    forced = kinds_check(kinds_dir, ["int8.onnx"], fast, against=prev, force=True)
+    assert any("precision = fp32 then, int8 now" in n for n in forced.notes)
+    # a file that holds both: the int8 model is compared with the int8 entry, whichever comes last
+    int8 = previous_of(kinds_check(kinds_dir, ["int8.onnx"], fast), {str(kinds_dir / "int8.onnx"): "b.onnx"})
+    both = write_json(tmp_path, "\n".join(json.dumps(x) for x in (int8, fp32)), "both.jsonl")
+    (result,) = kinds_check(kinds_dir, ["int8.onnx"], fast, against=both).results
+    assert (result.previous.model, result.matched_by) == ("b.onnx", "architecture id")
+
+
+@pytest.mark.parametrize("setting, value", [("context", 900), ("decode_reference", "none"), ("huge_pages", True),
+                                            ("malloc_mmap_threshold_kb", 4096)])
+def test_a_setting_that_changes_a_figure_is_refused_unless_forced(kinds_dir, tmp_path, fast, setting, value):
+    """A profile with context = 900 read the same bundle as a +80% latency regression."""
+    prev = write_json(tmp_path, previous_of(kinds_check(kinds_dir, ["generate.onnx"], fast)))
+    other = fast.replace(**{setting: value})
+    with pytest.raises(LtsedgeError, match=f"{setting} = .* then, {value!r} now"):
+        kinds_check(kinds_dir, ["generate.onnx"], other, against=prev)
+    assert kinds_check(kinds_dir, ["generate.onnx"], other, against=prev, force=True).passed
+    assert kinds_check(kinds_dir, ["generate.onnx"], fast, against=prev).results[0].matched_by == "path"
+
+
+def test_a_record_without_the_decode_context_does_not_compare_a_generate_model(kinds_dir, tmp_path, fast):
+    """Records written before the context was kept: a later setting left out was at its old value, but the
+    context of a generate model is unknown."""
+    data = previous_of(kinds_check(kinds_dir, ["generate.onnx"], fast))
+    for r in data["results"]:
+        del r["settings"], r["variant"]
+        r["measurement"]["workload"] = "decode"  # a generate model's figures say so
+    prev = write_json(tmp_path, data)
+    with pytest.raises(LtsedgeError, match="context not recorded then, 192 now"):
+        kinds_check(kinds_dir, ["generate.onnx"], fast, against=prev)
+    data = previous_of(kinds_check(kinds_dir, ["forward.onnx"], fast))
+    for r in data["results"]:
+        del r["settings"], r["variant"]
+    data["fingerprint"]["settings"].pop("huge_pages", None)  # before huge_pages: it was off
+    assert kinds_check(kinds_dir, ["forward.onnx"], fast, against=write_json(tmp_path, data)).results[0].previous
+
+
+def test_profile_json_records_what_its_figures_are_of(kinds_dir, tmp_path):
+    from ltsedge.profiling import profile_model
+
+    fast_profile = load_profile("cpu").replace(name="fast", **FAST)
+    r = profile_model(kinds_dir / "int8.onnx", fast_profile, store_path=tmp_path / "s.db")
+    assert (r["variant"], r["precision"]) == ("forward", "int8")
+    assert r["settings"]["sequence"] == 16 and "context" not in r["settings"]
+    r = profile_model(kinds_dir / "generate.onnx", fast_profile, store_path=tmp_path / "s.db")
+    assert (r["variant"], r["precision"], r["settings"]["context"]) == ("generate", "fp32", 192)

@@ -23,12 +23,13 @@ from pathlib import Path
 
 from ltsedge.check.budgets_file import BUDGET_KEYS, Target, load_budgets, resolve_targets
 from ltsedge.check.model_files import ModelInfo, check_cli_shapes, inspect_model, model_shapes
-from ltsedge.check.previous import Previous, check_comparable, load_previous
+from ltsedge.check.previous import FigureKind, Previous, check_comparable, check_entry, load_previous
 from ltsedge.check.result import CheckReport, ModelResult
 from ltsedge.check.verdict import MARGINAL_POLICIES, Check
 from ltsedge.devices import DeviceProfile, load_profile, strict
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.errors import LtsedgeError
+from ltsedge.keys import figure_settings
 from ltsedge.runners import Measurement, Runner, runner_factory
 from ltsedge.runners.policy import PinnedCalibration
 from ltsedge.validate import is_number
@@ -83,10 +84,15 @@ def run_check(models: list[str | Path], device: str | DeviceProfile = "cpu", *,
     check_cli_shapes(shapes or {}, infos)
     jobs = [(t.path, model_shapes(t, info, shapes or {}, profile)) for t, info in zip(targets, infos, strict=True)]
 
-    matches = (previous.match_all([(t.display, i.sha256, i.architecture_id) for t, i in zip(targets, infos)])
+    kinds = [figure_kind(info, profile) for info in infos]
+    matches = (previous.match_all([(t.display, i.sha256, i.architecture_id) for t, i in zip(targets, infos)], kinds)
                if previous else [(None, None)] * len(targets))
-    results = [_result(t, info, job_shapes, previous, match, float(max_regression))
-               for t, info, (_, job_shapes), match in zip(targets, infos, jobs, matches, strict=True)]
+    for target, kind, (entry, how) in zip(targets, kinds, matches, strict=True):
+        note = check_entry(previous, target.display, entry, how, kind, force=force) if entry else None
+        if note:  # a difference refused raised above, before anything is measured
+            notes.append(note)
+    results = [_result(t, info, kind, job_shapes, previous, match, float(max_regression))
+               for t, info, kind, (_, job_shapes), match in zip(targets, infos, kinds, jobs, matches, strict=True)]
     pinned = None
     if measure is None:
         if scheduler is None:
@@ -164,12 +170,18 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _result(target: Target, info: ModelInfo, shapes: dict, previous: Previous | None,
+def figure_kind(info: ModelInfo, profile: DeviceProfile) -> FigureKind:
+    """What the figures ``profile`` gives of the model ``info`` describes are figures of."""
+    return FigureKind(info.variant, info.precision["precision"] if info.precision else None,
+                      figure_settings(profile, info.variant))
+
+
+def _result(target: Target, info: ModelInfo, kind: FigureKind, shapes: dict, previous: Previous | None,
             match: tuple, max_regression: float) -> ModelResult:
     checks = [Check(target.display, metric, "budget", target.budgets.get(key), target.budgets.sources[key])
               for key, metric in BUDGET_KEYS.items() if target.budgets.get(key) is not None]
     result = ModelResult(target=target, sha256=info.sha256, architecture_id=info.architecture_id, shapes=shapes,
-                         checks=checks, precision=info.precision)
+                         checks=checks, precision=info.precision, kind=kind)
     if previous is None:
         return result
     entry, how = match

@@ -20,6 +20,7 @@ class ModelInfo:
     architecture_id: str | None
     inputs: dict[str, list] | None  # declared inputs (not initializers) -> dims; None if onnx cannot read it
     precision: dict | None = None  # what its operators run at (model_precision.precision_of); None: unreadable
+    variant: str = "forward"  # what it was exported as (an ltsedge model says; any other is timed on forward)
 
 
 def inspect_model(path: Path) -> ModelInfo:
@@ -32,7 +33,9 @@ def inspect_model(path: Path) -> ModelInfo:
     from ltsedge.exporters import read_metadata
     from ltsedge.exporters.model_precision import precision_of
 
-    return ModelInfo(sha256, read_metadata(proto).get("id"), _declared_inputs(proto), precision_of(proto))
+    metadata = read_metadata(proto)
+    return ModelInfo(sha256, metadata.get("id"), _declared_inputs(proto), precision_of(proto),
+                     metadata.get("variant", "forward"))
 
 
 def _onnx_proto(path: Path):

@@ -10,8 +10,11 @@ A model is matched to a previous entry by its path as given (normalised), else b
 ltsedge architecture id, else by file name when exactly one previous entry has that name; each
 previous model is claimed once, by its strongest match among the models of the run.
 
-Measurements from another machine (a different ``fingerprint_hash``) or with other workload or
-runtime settings are refused unless ``force``: comparing them would report the machine, not the model.
+Measurements from another machine (a different ``fingerprint_hash``) are refused unless ``force``:
+comparing them would report the machine, not the model. So is a matched entry of another precision or
+measured with other settings (``keys.figure_settings``: runtime, workload, memory settings, and a
+generate model's decode context and reference), and an entry of another export variant always: its
+figure is of another workload (a decode step against a full forward pass).
 """
 
 from __future__ import annotations
@@ -24,14 +27,39 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ltsedge.devices.fingerprint import fingerprint_hash
+from ltsedge.devices.profile import LATER_SETTINGS
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import parse_json, read_text
+from ltsedge.keys import DEFAULT_VARIANT, FIGURE_SETTINGS, GENERATE_FIGURE_SETTINGS
 from ltsedge.validate import is_number
 
-# Profile settings that change what is measured (the repeat policy only changes how precisely).
-WORKLOAD_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
-                     "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
-                     "allow_spinning", "batch", "sequence")
+NOT_RECORDED = "not recorded"
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """What a model's figures are figures of: its export variant, the precision its weights run at (None:
+    unknown, a file onnx cannot read) and the settings they depend on (``keys.figure_settings``; a setting
+    an older record leaves out is absent)."""
+    variant: str
+    precision: str | None
+    settings: dict
+
+    def differences(self, now: FigureKind) -> list[str]:
+        """What differs from ``now``, each as 'name = then then, now now' (a setting ``now`` has and this
+        record left out is a difference only where it decides a generate model's figures)."""
+        out = []
+        if self.variant != now.variant:
+            out.append(f"variant = {self.variant} then, {now.variant} now")
+        if self.precision != now.precision:
+            out.append(f"precision = {self.precision or NOT_RECORDED} then, {now.precision or 'unknown'} now")
+        for key, value in now.settings.items():
+            if key in self.settings:
+                if self.settings[key] != value:
+                    out.append(f"{key} = {self.settings[key]!r} then, {value!r} now")
+            elif key in GENERATE_FIGURE_SETTINGS and self.variant == now.variant:
+                out.append(f"{key} {NOT_RECORDED} then, {value!r} now")
+        return out
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,7 @@ class PreviousEntry:
     fingerprint: dict
     latency_ratio: float | None = None  # latency over the reference model timed beside it: drift-free
     memory_method: str | None = None  # how the peak was isolated (runners.measurement)
+    kind: FigureKind = FigureKind(DEFAULT_VARIANT, None, {})
 
 
 @dataclass(frozen=True)
@@ -59,14 +88,16 @@ class Previous:
             out.setdefault(fingerprint_hash(e.fingerprint), e.fingerprint)
         return out
 
-    def match_all(self, models: list[tuple[str, str | None, str | None]]
-                  ) -> list[tuple[PreviousEntry | None, str | None]]:
+    def match_all(self, models: list[tuple[str, str | None, str | None]],
+                  kinds: list[FigureKind] | None = None) -> list[tuple[PreviousEntry | None, str | None]]:
         """For each (model path, sha256, architecture id): its previous entry and how it was matched
         ("path", "sha256", "architecture id", "file name"), or (None, None).
 
         Matching goes tier by tier over all models, strongest first, and a previous model is claimed
         once: ``y/model.onnx`` is never compared with ``x/model.onnx`` by file name when
-        ``x/model.onnx`` is itself in this run, matched by its path.
+        ``x/model.onnx`` is itself in this run, matched by its path. Given each model's ``kinds``, an
+        entry of the same kind is taken before one of another (a file of fp32 and int8 entries of one
+        architecture); whether the one taken compares is ``check_entry``'s to say.
         """
         tiers = (
             ("path", lambda e, path, sha, arch: normalise(e.model) == path),
@@ -84,15 +115,16 @@ class Previous:
                 found = [e for e in self.entries if normalise(e.model) not in claimed and fits(e, path, sha, arch)]
                 # by file name only when it is unambiguous: one previous model of that name
                 if found and (how != "file name" or len({normalise(e.model) for e in found}) == 1):
-                    entry = found[-1]  # several (appended JSON lines): the newest, the last one
+                    same = [e for e in found if kinds is None or not e.kind.differences(kinds[i])]
+                    entry = (same or found)[-1]  # several (appended JSON lines): the newest, the last one
                     result[i] = (entry, how)
                     claimed.add(normalise(entry.model))
         return result
 
-    def match(self, model: str, sha256: str | None, architecture_id: str | None
+    def match(self, model: str, sha256: str | None, architecture_id: str | None, kind: FigureKind | None = None
               ) -> tuple[PreviousEntry | None, str | None]:
         """The previous entry of one model on its own (see ``match_all``)."""
-        return self.match_all([(model, sha256, architecture_id)])[0]
+        return self.match_all([(model, sha256, architecture_id)], None if kind is None else [kind])[0]
 
 
 def normalise(model: str) -> str:
@@ -173,7 +205,29 @@ def _entry(raw: Any, where: str, fingerprint: dict, *, shapes_known: bool) -> Pr
     method = measured.get("memory_method")
     return PreviousEntry(model=model, fingerprint=fingerprint, **values, **optional,
                          latency_ratio=float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None,
-                         memory_method=method if isinstance(method, str) else None)
+                         memory_method=method if isinstance(method, str) else None,
+                         kind=_recorded_kind(raw, measured, fingerprint, where))
+
+
+def _recorded_kind(raw: dict, measured: dict, fingerprint: dict, where: str) -> FigureKind:
+    """The variant, precision and figure settings an entry records. Records that predate them: the variant
+    from the figures (a generate model's carry its decode figure), the settings from the fingerprint's
+    profile settings (a later setting left out there was at its old value), the decode context unknown."""
+    for key, kind in (("variant", str), ("precision", str), ("settings", dict)):
+        if raw.get(key) is not None and not isinstance(raw[key], kind):
+            raise LtsedgeError(f"{where}: {key} = {json.dumps(raw[key])} has the wrong type")
+    variant = raw.get("variant")
+    if variant is None:
+        generated = measured.get("workload") in ("decode", "prefill") or raw.get("decode_latency_ms") is not None
+        variant = "generate" if generated else DEFAULT_VARIANT
+    settings = raw.get("settings")
+    if settings is None:
+        profile = fingerprint.get("settings") if isinstance(fingerprint.get("settings"), dict) else {}
+        settings = {k: profile.get(k, LATER_SETTINGS.get(k)) for k in FIGURE_SETTINGS
+                    if k in profile or k in LATER_SETTINGS}
+        if variant != DEFAULT_VARIANT:
+            settings["decode_reference"] = profile.get("decode_reference", LATER_SETTINGS["decode_reference"])
+    return FigureKind(variant, raw.get("precision"), settings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,8 +244,9 @@ def describe_machine(fp: dict) -> str:
 
 
 def check_comparable(previous: Previous, current: dict, *, force: bool) -> list[str]:
-    """Raise unless ``previous`` was measured on this machine with this workload; with ``force``,
-    return the differences as notes instead. Also notes an onnxruntime upgrade (a real cause of regressions)."""
+    """Raise unless ``previous`` was measured on this machine; with ``force``, return the differences as
+    notes instead. Also notes an onnxruntime upgrade (a real cause of regressions). Whether each matched
+    entry was of the same kind of figure is ``check_entry``'s."""
     notes: list[str] = []
     here = fingerprint_hash(current)
     for h, fp in previous.fingerprints().items():
@@ -202,16 +257,26 @@ def check_comparable(previous: Previous, current: dict, *, force: bool) -> list[
                 raise LtsedgeError(f"cannot compare: {message}; latencies from different machines are not "
                                    f"comparable (pass --force to compare anyway)")
             notes.append(f"--force: comparing across machines: {message}")
-        settings, ours = fp.get("settings"), current.get("settings") or {}
-        if isinstance(settings, dict):
-            differ = [k for k in WORKLOAD_SETTINGS if k in settings and k in ours and settings[k] != ours[k]]
-            if differ:
-                detail = ", ".join(f"{k} = {settings[k]!r} then, {ours[k]!r} now" for k in differ)
-                if not force:
-                    raise LtsedgeError(f"cannot compare with {previous.path}: measured with other settings "
-                                       f"({detail}); pass --force to compare anyway")
-                notes.append(f"--force: comparing measurements taken with other settings ({detail})")
         then, now = fp.get("onnxruntime"), current.get("onnxruntime")
         if then and now and then != now:
             notes.append(f"onnxruntime changed since {previous.path}: {then} then, {now} now")
     return list(dict.fromkeys(notes))
+
+
+def check_entry(previous: Previous, model: str, entry: PreviousEntry, how: str, now: FigureKind, *,
+                force: bool) -> str | None:
+    """Raise unless ``entry`` holds figures of the same kind as ``model``'s now: the same variant, precision
+    and figure settings. With ``force``, a difference of precision or settings is returned as a note
+    instead; one of variant never compares (a decode step's figure against a full forward pass's)."""
+    differ = entry.kind.differences(now)
+    if not differ:
+        return None
+    detail = "; ".join(differ)
+    what = f"{model} with {entry.model} in {previous.path} (matched by {how})"
+    if entry.kind.variant != now.variant:
+        raise LtsedgeError(f"cannot compare {what}: {detail}; the figures of a {entry.kind.variant} model and "
+                           f"a {now.variant} model are of different workloads")
+    if not force:
+        raise LtsedgeError(f"cannot compare {what}: measured as another model or with other settings "
+                           f"({detail}); pass --force to compare anyway")
+    return f"--force: comparing {what}, measured as another model or with other settings ({detail})"

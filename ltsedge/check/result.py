@@ -10,7 +10,7 @@ from typing import Any
 
 import ltsedge
 from ltsedge.check.budgets_file import Target
-from ltsedge.check.previous import PreviousEntry, describe_machine
+from ltsedge.check.previous import FigureKind, PreviousEntry, describe_machine
 from ltsedge.check.verdict import (
     ERROR,
     FAIL,
@@ -49,6 +49,7 @@ class ModelResult:
     matched_by: str | None = None
     notes: list[str] = field(default_factory=list)
     precision: dict | None = None  # {"precision": "int4", "quantized_ops": {...}} as found in the file
+    kind: FigureKind | None = None  # variant, precision and figure settings: what --against must match
 
     @property
     def model(self) -> str:
@@ -97,6 +98,8 @@ class ModelResult:
             "model": self.model, "path": str(self.target.path.resolve()), "sha256": self.sha256,
             "architecture_id": self.architecture_id, "shapes": self.shapes or None,
             "precision": self.precision["precision"] if self.precision else None,
+            "variant": self.kind.variant if self.kind else None,
+            "settings": self.kind.settings if self.kind else None,
             "quantized_ops": self.precision["quantized_ops"] if self.precision else None,
             "ok": self.ok, "error": None if self.ok else self.error,
             "latency_ms": lat.latency_ms if lat else None, "latency_p90_ms": lat.latency_p90_ms if lat else None,
