@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+import shlex
 
 import numpy as np
 import pytest
@@ -16,7 +18,8 @@ from ltsedge.costmodel.features import Shapes, latency_features, memory_features
 from ltsedge.costmodel.fit import RelativeLinearFit
 from ltsedge.costmodel.samples import load_samples, remember
 from ltsedge.devices import coarse, load_profile, strict
-from ltsedge.exporters import architecture_of
+from ltsedge.devices.fingerprint import machine_fingerprint
+from ltsedge.exporters import architecture_of, read_metadata
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, runtime_settings
 from ltsedge.ortcompat import target_for
@@ -108,16 +111,23 @@ def test_too_few_samples_make_no_model():
 
 
 # --- samples: this machine, these settings, this export --------------------------------------------
-def fake_figures(arch: Architecture, profile=PROFILE, noise: float = 0.0, seed: int = 0) -> Measurement:
+def fake_figures(arch: Architecture, profile=PROFILE, noise: float = 0.0, seed: int = 0,
+                 variant: str = "generate") -> Measurement:
     """A machine whose costs are exactly linear in the counts (plus optional noise)."""
     rng = np.random.default_rng(seed)
     ratios = {}
-    for name in ("prefill", "decode"):
+    workloads = ("prefill", "decode") if variant == "generate" else ("forward",)
+    for name in workloads:
         f = latency_features(arch, Shapes.of(name, profile))
         ratios[name] = (0.05 + f["kernels"] * 1e-3 + f["dense_macs"] * 2e-7 + f["output_macs"] * 1e-7) \
             * rng.lognormal(0, noise)
-    memory = memory_features(arch, {w: Shapes.of(w, profile) for w in ("prefill", "decode")})
+    memory = memory_features(arch, {w: Shapes.of(w, profile) for w in workloads})
     mb = (5 + 1.3 * memory["decoder_mb"] + memory["embedding_mb"]) * rng.lognormal(0, noise)
+    if variant != "generate":
+        return Measurement(ok=True, latency_ms=ratios["forward"], latency_ratio=ratios["forward"], calibration_ms=1.0,
+                           workload="forward", workloads={"forward": {"latency_ms": ratios["forward"],
+                                                                      "latency_ratio": ratios["forward"]}},
+                           peak_memory_mb=mb, runs=6, converged=True)
     return Measurement(ok=True, latency_ms=ratios["decode"], latency_ratio=ratios["decode"], calibration_ms=1.0,
                        workload="decode", decode_latency_ms=ratios["decode"], prefill_latency_ms=ratios["prefill"],
                        workloads={n: {"latency_ms": r, "latency_ratio": r} for n, r in ratios.items()},
@@ -399,13 +409,127 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
     decode = figures["workloads"]["decode"]
     assert figures["predicted"] and decode["latency_low_ms"] <= decode["latency_ms"] <= decode["latency_high_ms"]
     assert figures["memory_low_mb"] <= figures["peak_memory_mb"] <= figures["memory_high_mb"]
-    huge = tmp_path / "huge.json"  # far outside the smoke space: a warning, wider intervals, still figures
+    near = tmp_path / "near.json"  # a little outside the smoke space: a warning, wider intervals, still figures
+    near.write_text(Architecture(n_layer=3, d_model=64, n_head=[2, 4, 4], d_inner=[256] * 3, vocab_size=512,
+                                 n_positions=64).to_json())
+    outside = ltsedge_cli("predict", near, "--preset", "smoke", "--store", store)
+    assert outside.returncode == 0 and "extrapolates" in outside.stderr and "peak memory" in outside.stdout
+    huge = tmp_path / "huge.json"  # far outside it: no figures
     huge.write_text(Architecture(n_layer=8, d_model=256, n_head=[4] * 8, d_inner=[1024] * 8, vocab_size=512,
                                  n_positions=64).to_json())
     far = ltsedge_cli("predict", huge, "--preset", "smoke", "--store", store)
-    assert far.returncode == 0 and "extrapolates" in far.stderr and "peak memory" in far.stdout
+    assert far.returncode == 2 and "beyond what the cost model can predict" in far.stderr
     elsewhere = ltsedge_cli("predict", arch, "--preset", "quick", "--store", store)  # other settings: not this model
     assert elsewhere.returncode == 2 and "no cost model" in elsewhere.stderr
+
+
+class ThisMachine(LinearMachine):
+    """The exactly-linear machine under this machine's own fingerprint (the one `predict` looks figures up
+    by), timing each model as the variant it was exported as."""
+
+    def fingerprint(self):
+        return machine_fingerprint(self.profile)
+
+    def measure_many(self, models, on_result=None, race=None, **_):
+        results = [fake_figures(architecture_of(path), self.profile, variant=read_metadata(path)["variant"])
+                   for path in models]
+        for i, m in enumerate(results):
+            if on_result:
+                on_result(i, m)
+        return results
+
+
+def smoke_arch() -> Architecture:
+    return Architecture(n_layer=2, d_model=64, n_head=[2, 4], d_inner=[128, 96], d_embed=32, div_val=2,
+                        vocab_size=512, n_positions=64)
+
+
+def smoke_store(path, count: int = 12):
+    """A store holding this machine's figures of the smoke preset's space (generate, fp32), as a search
+    with --preset smoke leaves them: the exactly-linear machine's, without exporting anything."""
+    profile = get_preset("smoke").apply(load_profile("cpu"))
+    archs = get_preset("smoke").space("gpt2").sample(count, seed=5)
+    with MeasurementStore(path) as store:
+        for a in archs:
+            put_sample(store, a, machine_fingerprint(profile), profile)
+    return archs, profile
+
+
+def suggested(refusal: str, lead: str) -> list[str]:
+    """The arguments of the command in backquotes after ``lead`` in a one-line refusal."""
+    found = re.search(re.escape(lead) + r" `([^`]+)`", refusal)
+    assert found, refusal
+    return shlex.split(found.group(1))
+
+
+def test_predict_s_advice_run_as_printed_makes_the_model_predict_then_uses(tmp_path, monkeypatch):
+    """Every setting that files a cost model's figures (preset, variant, onnxruntime target, precision,
+    sequence) and the store reach the `ltsedge costmodel` that `predict` suggests: run as printed, it
+    makes exactly the model the same `predict` then answers from."""
+    from ltsedge.costmodel import api
+    from ltsedge.costmodel.setting import Setting
+
+    store, arch = tmp_path / "s.sqlite", tmp_path / "arch.json"
+    arch.write_text(smoke_arch().to_json())
+    env = {"LTSEDGE_STORE": str(tmp_path / "elsewhere.sqlite")}  # a command without --store writes there
+    asked = ("predict", arch, "--preset", "smoke", "--variant", "forward", "--target-ort", "1.17",
+             "--precision", "int8", "--sequence", "8", "--store", store)
+    refused = ltsedge_cli(*asked, env=env)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    command = suggested(refused.stderr, "make one with")
+    assert command[:2] == ["ltsedge", "costmodel"]
+    made = []
+    real_build = api.build
+    monkeypatch.setattr(api, "build", lambda setting, *a, **k: made.append(setting) or real_build(
+        setting, *a, runner_factory=ThisMachine, **k))
+    built = ltsedge_cli(*command[1:], "--samples", "12", "--json", env=env)  # a few repeat in the smoke space
+    assert built.returncode == 0 and json.loads(built.stdout)["ready"], built.stderr
+    assert made[0].key() == Setting("cpu", "smoke", "gpt2", "forward", "1.17", "int8", 8).key()
+    answer = ltsedge_cli(*asked, "--json", env=env)
+    assert answer.returncode == 0, answer.stderr
+    assert set(json.loads(answer.stdout)["workloads"]) == {"forward"}
+
+
+def test_predict_without_a_model_names_the_settings_the_store_holds_one_for(tmp_path):
+    """After a search with --preset smoke, `predict` at the default preset names the command that uses the
+    smoke preset's model (and only settings with enough figures), and that command answers."""
+    store, arch = tmp_path / "s.sqlite", tmp_path / "arch.json"
+    arch.write_text(smoke_arch().to_json())
+    archs, _ = smoke_store(store)
+    refused = ltsedge_cli("predict", arch, "--store", store)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "0 measured architectures" in refused.stderr and refused.stderr.count("ltsedge predict") == 1
+    command = suggested(refused.stderr, "the store holds one for other settings:")
+    assert command == ["ltsedge", "predict", str(arch), "--device", "cpu", "--preset", "smoke", "--store", str(store)]
+    answer = ltsedge_cli(*command[1:], "--json")
+    assert answer.returncode == 0, answer.stderr
+    assert json.loads(answer.stdout)["samples"] == len({a.id for a in archs})
+    empty = ltsedge_cli("predict", arch, "--store", tmp_path / "empty.sqlite")  # nothing to point to
+    assert empty.returncode == 2 and "other settings" not in empty.stderr
+
+
+def test_predict_refuses_an_architecture_far_beyond_the_fitted_range(tmp_path):
+    """A linear fit carried to 10^12 parameters is arithmetic, not a prediction: refused in one line naming
+    the range and the factor; an architecture a little beyond the range is predicted (and marked)."""
+    from ltsedge.costmodel.fit import MAX_REACH
+
+    store = tmp_path / "s.sqlite"
+    archs, profile = smoke_store(store)
+    model = CostModel([(a, fake_figures(a, profile)) for a in archs], profile, "generate")
+    huge = Architecture(n_layer=320, d_model=16384, n_head=[128] * 320, d_inner=[65536] * 320, vocab_size=512,
+                        n_positions=64)
+    near = Architecture(n_layer=3, d_model=64, n_head=[2, 4, 4], d_inner=[256, 256, 256], vocab_size=512,
+                        n_positions=64)
+    assert count_params(huge).decoder_params > 10**12 and model.reach(huge).factor > MAX_REACH
+    assert 1 < model.reach(near).factor <= MAX_REACH
+    for arch in (huge, near):
+        (tmp_path / f"{arch.id}.json").write_text(arch.to_json())
+    refused = ltsedge_cli("predict", tmp_path / f"{huge.id}.json", "--preset", "smoke", "--store", store)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    params = sorted(count_params(a).decoder_params for a in archs)
+    assert f"{params[0]:,}-{params[-1]:,} decoder parameters" in refused.stderr and f"up to {MAX_REACH:g}x" in refused.stderr
+    answer = ltsedge_cli("predict", tmp_path / f"{near.id}.json", "--preset", "smoke", "--store", store)
+    assert answer.returncode == 0 and "extrapolates" in answer.stderr and "decode latency" in answer.stdout
 
 
 def test_settling_leaves_a_prediction_within_the_resolution_of_the_front_to_the_front(tmp_path, monkeypatch):

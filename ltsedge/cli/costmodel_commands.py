@@ -10,7 +10,9 @@ from typing import Optional
 import typer
 
 from ltsedge.architecture import Architecture
-from ltsedge.cli.options import DEVICE_HELP, STORE_HELP
+from ltsedge.cli.options import DEVICE_HELP, PRECISION_HELP, STORE_HELP
+
+SEQUENCE_HELP = "Sequence length to measure at (default: the preset's), as `ltsedge search --sequence`."
 
 
 def predict(
@@ -20,6 +22,8 @@ def predict(
     variant: Optional[str] = typer.Option(None, "--variant", help="forward | generate (default: generate where the "
                                           "backbone exports it)."),
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="onnxruntime version the models are exported for."),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
+    sequence: Optional[int] = typer.Option(None, "--sequence", min=1, help=SEQUENCE_HELP),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -30,7 +34,8 @@ def predict(
     from ltsedge.costmodel.api import Setting, predict as predict_figures
 
     arch = Architecture.load(arch_file)
-    result = predict_figures(arch, Setting(device, preset, arch.backbone, variant, target_ort), store_path)
+    setting = Setting(device, preset, arch.backbone, variant, target_ort, precision, sequence)
+    result = predict_figures(arch, setting, store_path, arch_file)
     if as_json:
         typer.echo(json.dumps(result))
         return
@@ -55,6 +60,8 @@ def costmodel(
     samples: int = typer.Option(40, "--samples", min=1, max=100000, help="Architectures to measure (space-filling)."),
     seed: int = typer.Option(0, "--seed", min=0),
     target_ort: Optional[str] = typer.Option(None, "--target-ort", help="onnxruntime version to export for."),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
+    sequence: Optional[int] = typer.Option(None, "--sequence", min=1, help=SEQUENCE_HELP),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -66,7 +73,8 @@ def costmodel(
     from ltsedge.costmodel.api import Setting, build
 
     log = (lambda _: None) if as_json else (lambda m: typer.echo(m, err=True))
-    result = build(Setting(device, preset, backbone, variant, target_ort), samples, seed, store_path, log=log)
+    setting = Setting(device, preset, backbone, variant, target_ort, precision, sequence)
+    result = build(setting, samples, seed, store_path, log=log)
     if as_json:
         typer.echo(json.dumps(result))
         return

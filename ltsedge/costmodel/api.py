@@ -1,80 +1,49 @@
 """``predict`` and ``build``: the Python API behind ``ltsedge predict`` and ``ltsedge costmodel``.
 
-Both work on the settings a search would use (device profile, preset, backbone, variant), so a
-prediction is made from the figures of exactly that kind of measurement on this machine.
+Both work on the settings a search would use (``setting.Setting``: device profile, preset, backbone,
+variant, onnxruntime target, precision, sequence), so a prediction is made from the figures of exactly
+that kind of measurement on this machine.
 """
 
 from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from ltsedge.architecture import Architecture
-from ltsedge.backbones import get_backbone
-from ltsedge.costmodel.fit import MIN_SAMPLES
+from ltsedge.costmodel.advice import no_model, settings_with_a_model
+from ltsedge.costmodel.fit import MAX_REACH, MIN_SAMPLES
 from ltsedge.costmodel.model import CostModel
 from ltsedge.costmodel.samples import load_samples
-from ltsedge.devices import DeviceProfile, load_profile
-from ltsedge.devices.fingerprint import machine_fingerprint
+from ltsedge.costmodel.setting import Setting
 from ltsedge.errors import LtsedgeError
 from ltsedge.ortcompat import target_for
-from ltsedge.runners.policy import stored_pin
+from ltsedge.proxy import count_params
 from ltsedge.store import MeasurementStore
+
+__all__ = ["DEFAULT_SAMPLES", "Setting", "build", "predict"]
 
 DEFAULT_SAMPLES = 40
 
 
-@dataclass(frozen=True)
-class Setting:
-    """What a cost model is for: a device profile (with a preset's workload), a backbone and variant."""
-
-    device: str = "cpu"
-    preset: str = "default"
-    backbone: str | None = None
-    variant: str | None = None  # None: generate where the backbone exports it, else forward
-    target_ort: str | None = None
-
-    def resolve(self) -> tuple[DeviceProfile, str, str]:
-        from ltsedge.search.presets import get_preset
-
-        preset = get_preset(self.preset)
-        profile = preset.apply(load_profile(self.device))
-        backbone = get_backbone(preset.backbone_for(self.backbone) or "gpt2")
-        variant = self.variant or ("generate" if "generate" in backbone.variants else "forward")
-        if variant not in backbone.variants:
-            raise LtsedgeError(f"--variant {variant} is not one of backbone {backbone.name}'s: "
-                               f"{', '.join(backbone.variants)}")
-        return profile, backbone.name, variant
-
-
-def how_to_build(setting: Setting) -> str:
-    options = f"--device {setting.device}" + (f" --preset {setting.preset}" if setting.preset != "default" else "")
-    if setting.backbone:
-        options += f" --backbone {setting.backbone}"
-    return f"ltsedge costmodel {options}"
-
-
-def predict(arch: Architecture, setting: Setting, store_path: Path | None = None) -> dict:
+def predict(arch: Architecture, setting: Setting, store_path: Path | None = None,
+            arch_file: Path | str = "ARCH.json") -> dict:
     """Predicted figures of ``arch`` on this machine: per workload the latency (ms at the samples'
-    median calibration, and as a ratio) with its interval, and peak memory (MB) with its interval."""
-    profile, backbone, variant = setting.resolve()
-    if arch.backbone != backbone:
-        setting = Setting(setting.device, setting.preset, arch.backbone, setting.variant, setting.target_ort)
-        profile, backbone, variant = setting.resolve()
-    target = target_for(setting.target_ort or profile.target_ort)
-    fingerprint = machine_fingerprint(profile)
+    median calibration, and as a ratio) with its interval, and peak memory (MB) with its interval.
+    Refused without a cost model for ``setting`` (naming the command that makes one, and the settings the
+    store holds one for; ``arch_file`` names the architecture in them), and for an architecture beyond
+    ``MAX_REACH`` times the fitted range."""
+    setting = replace(setting, backbone=arch.backbone)  # a preset of another backbone is refused here
+    profile, _, variant = setting.resolve()
     with MeasurementStore(store_path) as store:
-        pinned = stored_pin(store, fingerprint, profile)  # decode ratios in the machine's current unit
-        samples = load_samples(store, arch, fingerprint, profile, target, variant,
-                               bandwidth_scale=pinned.calibration.bandwidth_scale if pinned else None,
-                               calibration_ms=pinned.calibration.reference_ms if pinned else None)
-    model = CostModel(samples, profile, variant)
+        model = CostModel(setting.samples(store, arch), profile, variant)
+        elsewhere = [] if model.ready else settings_with_a_model(store, arch, setting)
     if not model.ready:
-        raise LtsedgeError(f"no cost model for this machine and these settings ({len(model.samples)} measured "
-                           f"architectures, {MIN_SAMPLES} needed); make one with `{how_to_build(setting)}`")
+        raise LtsedgeError(no_model(arch_file, setting, store_path, len(model.samples), elsewhere))
+    _check_reach(arch, model)
     estimate = model.predict(arch)
     calibration = statistics.median(m.calibration_ms for _, m in model.samples if m.calibration_ms)
     workloads = {name: {"latency_ms": p.value * calibration, "latency_low_ms": p.low * calibration,
@@ -85,6 +54,19 @@ def predict(arch: Architecture, setting: Setting, store_path: Path | None = None
             "memory_high_mb": estimate.memory_mb.high, "extrapolated": estimate.extrapolated,
             "calibration_ms": calibration, "samples": len(model.samples), "accuracy": model.accuracy(),
             "coverage": model.coverage}
+
+
+def _check_reach(arch: Architecture, model: CostModel) -> None:
+    reach = model.reach(arch)
+    if reach.factor <= MAX_REACH:
+        return
+    params = sorted(count_params(a).decoder_params for a, _ in model.samples)
+    raise LtsedgeError(
+        f"{arch.id} is beyond what the cost model can predict: its {reach.feature} ({reach.target}) is "
+        f"{reach.value:.3g}, {reach.factor:.3g}x the largest of the {len(params)} architectures it was fitted on "
+        f"({reach.largest:.3g}; {params[0]:,}-{params[-1]:,} decoder parameters, this one "
+        f"{count_params(arch).decoder_params:,}); predict answers up to {MAX_REACH:g}x the fitted range: measure "
+        f"it (`ltsedge profile`) or fit the model on larger architectures")
 
 
 def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store_path: Path | None = None,
@@ -104,6 +86,7 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     if samples < MIN_SAMPLES:
         raise LtsedgeError(f"--samples {samples}: a cost model needs at least {MIN_SAMPLES}")
     profile, backbone, variant = setting.resolve()
+    target_ort, precision = setting.target_ort_for(profile), setting.precision_for(profile)
     space = get_preset(setting.preset).space(backbone)
     objective = "decode" if variant == "generate" else "forward"
     archs = space.sample(samples, seed=seed)
@@ -111,15 +94,14 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
             tempfile.TemporaryDirectory(prefix="ltsedge-costmodel-") as scratch:
         if hasattr(runner, "use_pinned"):  # a fleet's agents pin their own
             runner.use_pinned(pinned_calibration(store, runner, log=log))
-        export = ExportOptions(variant=variant, target_ort=setting.target_ort or profile.target_ort)
+        export = ExportOptions(variant=variant, target_ort=target_ort, precision=precision)
         evaluator = CandidateEvaluator(profile, runner, store, Path(scratch), Budgets(), export=export,
                                        objective=objective)
         for i in range(0, len(archs), 5):
             evaluator.evaluate(archs[i : i + 5], generation=0)
             log(f"{min(i + 5, len(archs))}/{len(archs)} architectures measured or found in the store")
-        target = target_for(setting.target_ort or profile.target_ort)
         calibration = runner.calibrate()
-        found = load_samples(store, archs[0], runner.fingerprint(), profile, target, variant,
+        found = load_samples(store, archs[0], runner.fingerprint(), profile, target_for(target_ort), variant, precision,
                              bandwidth_scale=calibration.bandwidth_scale, calibration_ms=calibration.reference_ms)
     model = CostModel(found, profile, variant)
     failed = sum(not c.ok for c in evaluator.candidates())

@@ -20,6 +20,10 @@ from scipy.optimize import nnls
 
 MIN_SAMPLES = 8  # fewer: no prediction (the interval would be meaningless)
 EXTRAPOLATION_WIDEN = 2.0  # an interval outside the fitted range is widened this much
+# ``ltsedge predict`` refuses an architecture with a count beyond this multiple of the largest fitted: a
+# linear fit of counts carried far past them is arithmetic, not a prediction (10^12 parameters came
+# out with a decode step slower than the whole prompt's prefill).
+MAX_REACH = 4.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,15 @@ class RelativeLinearFit:
         outside = bool(np.any((x < self.low_bounds - 0.01 * span) | (x > self.high_bounds + 0.01 * span)))
         widen = EXTRAPOLATION_WIDEN if outside else 1.0
         return Prediction(value, value * max(0.0, 1 + widen * self.q_low), value * (1 + widen * self.q_high), outside)
+
+    def reach(self, x) -> tuple[float, int]:
+        """(factor, feature index): the feature of ``x`` farthest above the largest fitted, as a multiple of it
+        (features the fit never saw above 0 have no scale to measure against: they count as marked
+        ``extrapolated`` only)."""
+        x = np.asarray(x, dtype=float)
+        factors = np.divide(x, self.high_bounds, out=np.zeros_like(x), where=self.high_bounds > 0)
+        i = int(np.argmax(factors))
+        return float(factors[i]), i
 
     def accuracy(self) -> dict:
         """Held-out (leave-one-out) accuracy of this fit: median and 90th-percentile absolute relative

@@ -25,6 +25,25 @@ def workloads_of(variant: str) -> tuple[str, ...]:
     return ("prefill", "decode") if variant == "generate" else ("forward",)
 
 
+def complete_samples(samples: list[tuple], variant: str) -> list[tuple]:
+    """The (Architecture, Measurement) pairs with every figure a model of ``variant`` is fitted on: as
+    many of them as ``MIN_SAMPLES`` make a model (found without fitting one)."""
+    return [(a, m) for a, m in samples if m.ok and m.peak_memory_mb
+            and all((m.ratio(w) or 0) > 0 for w in workloads_of(variant))]
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How far beyond the fitted range an architecture lies: its count of ``feature`` (for ``target``) is
+    ``factor`` times the largest among the samples (a factor <= 1: within the range)."""
+
+    factor: float
+    target: str
+    feature: str
+    value: float
+    largest: float
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Predicted figures of one architecture: per workload its latency ratio, and peak memory (MB)."""
@@ -62,6 +81,16 @@ class CostModel:
             raise ValueError(f"the cost model has {len(self.samples)} samples; it needs {MIN_SAMPLES}")
         ratios = {w: self.fits[w].predict(self._features(arch, w)) for w in self.workloads}
         return Estimate(ratios, self.fits[MEMORY].predict(self._features(arch, MEMORY)))
+
+    def reach(self, arch) -> Reach:
+        """The count of ``arch`` that lies farthest beyond the range of the samples, over every fit."""
+        farthest = None
+        for target, fit in self.fits.items():
+            x = self._features(arch, target)
+            factor, i = fit.reach(x)
+            if farthest is None or factor > farthest.factor:
+                farthest = Reach(factor, target, fit.names[i], x[i], float(fit.high_bounds[i]))
+        return farthest
 
     def accuracy(self) -> dict:
         """Leave-one-out accuracy per target (see ``RelativeLinearFit.accuracy``)."""
