@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # every test here starts processes: a fleet, or a
 
 from ltsedge.runners.worker import FAULT_KEY  # noqa: E402
 from tests.helpers import FLEET_DEVICE as DEVICE  # noqa: E402
-from tests.helpers import free_port, ltsedge_process, start, tiny_arch, wait_for  # noqa: E402
+from tests.helpers import free_port, ltsedge_cli, ltsedge_process, start, tiny_arch, wait_for  # noqa: E402
 
 
 def candidate_records(out: Path) -> list[dict]:
@@ -32,10 +32,13 @@ def candidate_records(out: Path) -> list[dict]:
 
 
 @pytest.fixture
-def fleet(tmp_path):
+def fleet(tmp_path, monkeypatch):
     dask = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
     if dask is None:
         pytest.skip("the dask command is not installed")
+    agents_tmp = tmp_path / "tmp"  # where an agent's scratch directory shows it measuring a model
+    agents_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(agents_tmp))
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     device = tmp_path / "fleet.toml"
@@ -118,6 +121,25 @@ def front_of(records: list[dict]) -> set[str]:
             if not any(all(a <= b for a, b in zip(q, p)) and q != p for q in points.values())}
 
 
+def large_model(path: Path) -> Path:
+    """An ONNX model over Dask's 10 MB "large graph" threshold (one 1700 x 1700 MatMul: 11.6 MB of
+    weights), quick to time."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    d = 1700
+    weights = numpy_helper.from_array(np.ones((d, d), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "large",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    assert path.stat().st_size > 11 * 2**20
+    return path
+
+
 def test_profile_and_check_on_the_fleet(tmp_path, fleet):
     address, device, _ = fleet
     arch = tmp_path / "arch.json"
@@ -134,6 +156,59 @@ def test_profile_and_check_on_the_fleet(tmp_path, fleet):
                             "--scheduler", address, timeout=120)
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["results"][0]["measurement"]["agent"]
+
+
+def test_a_large_model_is_profiled_on_the_fleet_without_dasks_warning(tmp_path, fleet):
+    """A model over 10 MB travels in its task, and Dask's five-line advice to scatter it is not printed."""
+    address, device, _ = fleet
+    model = large_model(tmp_path / "large.onnx")
+    proc = ltsedge_process("profile", model, "--device", device, "--json", "--store", tmp_path / "s.sqlite",
+                           "--scheduler", address, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["agent"]
+    assert "large graph" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+
+
+def test_losing_the_scheduler_under_a_profile_says_what_was_kept(tmp_path, fleet):
+    """``profile`` has no checkpoint to resume from: it says nothing was stored, and to run it again."""
+    address, device, procs = fleet
+    lasting = tmp_path / "lasting.toml"  # timed for minutes: the scheduler goes while the agent measures
+    lasting.write_text(device.read_text().replace("min_runs = 3\nmax_runs = 8\nmax_seconds = 1.0",
+                                                  "min_runs = 1000000\nmax_runs = 1000000\nmax_seconds = 300"))
+    assert "max_seconds = 300" in lasting.read_text()
+    store = tmp_path / "s.sqlite"
+    profile = subprocess.Popen([sys.executable, "-m", "ltsedge", "profile", str(large_model(tmp_path / "large.onnx")),
+                                "--device", str(lasting), "--store", str(store), "--scheduler", address],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: any((tmp_path / "tmp").glob("ltsedge-agent-*")) or profile.poll() is not None, 120,
+             "an agent measuring the model")
+    os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler goes away
+    _, stderr = profile.communicate(timeout=120)
+    assert profile.returncode == 1 and "Traceback" not in stderr, stderr
+    (line,) = stderr.splitlines()
+    assert "lost the scheduler" in line and "nothing was stored" in line and "once the scheduler is back" in line
+    assert "resume" not in line
+    from ltsedge.store import MeasurementStore
+
+    with MeasurementStore(store) as kept:
+        assert kept.count() == 0
+
+
+def test_losing_the_scheduler_under_a_check_says_no_model_was_judged(tmp_path, monkeypatch):
+    """``check`` keeps no figures: when the fleet's one line comes, it says so, and does not speak of
+    resuming. (The line itself, from a real scheduler's loss, is the profile test's above.)"""
+    from ltsedge.errors import LostConnection
+
+    def scheduler_lost(*args, **kwargs):
+        raise LostConnection("lost the scheduler (CommClosedError)")
+
+    monkeypatch.setattr("ltsedge.check.run_check", scheduler_lost)
+    proc = ltsedge_cli("check", large_model(tmp_path / "large.onnx"), "--max-latency-ms", "1000",
+                       "--scheduler", "tcp://127.0.0.1:8786")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: lost the scheduler (CommClosedError); no model was judged")
+    assert "once the scheduler is back" in line and "resume" not in line
 
 
 def test_no_agent_or_no_scheduler_is_a_clear_error(tmp_path):

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ltsedge.cli.options import DEVICE_HELP, MACHINE_HELP, SCHEDULER_HELP, check_fleet
+from ltsedge.cli.options import CHECK_LOST, DEVICE_HELP, MACHINE_HELP, SCHEDULER_HELP, check_fleet, when_scheduler_lost
 from ltsedge.validate import parse_shape_options
 
 
@@ -48,9 +48,10 @@ def check(
         marginal = "fail" if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on") else "pass"
     limits = {"max_latency_ms": max_latency_ms, "max_memory_mb": max_memory_mb,  # budget key -> flag's value
               "max_prefill_ms": max_prefill_ms, "max_decode_ms": max_decode_ms}
-    report = run_check(models or [], device, budgets=limits, budgets_file=budgets,
-                       shapes=parse_shape_options(shape), against=against, max_regression=max_regression,
-                       force=force, scheduler=scheduler, machine=machine, marginal=marginal)
+    with when_scheduler_lost(CHECK_LOST):
+        report = run_check(models or [], device, budgets=limits, budgets_file=budgets,
+                           shapes=parse_shape_options(shape), against=against, max_regression=max_regression,
+                           force=force, scheduler=scheduler, machine=machine, marginal=marginal)
     if as_json:
         typer.echo(json.dumps(report.to_json(), default=str))
     else:

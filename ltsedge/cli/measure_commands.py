@@ -16,11 +16,13 @@ from ltsedge.cli.options import (
     MACHINE_HELP,
     PER_CHANNEL_HELP,
     PRECISION_HELP,
+    PROFILE_LOST,
     SCHEDULER_HELP,
     STORE_HELP,
     SYMMETRIC_HELP,
     check_fleet,
     quantization_options,
+    when_scheduler_lost,
 )
 from ltsedge.validate import parse_shape_options
 
@@ -62,9 +64,10 @@ def profile(
     check_fleet(scheduler, machine)
     quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
                                         symmetric=symmetric, accuracy_level=accuracy_level)
-    result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
-                           target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
-                           precision=precision, quantization=quantization)
+    with when_scheduler_lost(PROFILE_LOST):
+        result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
+                               target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
+                               precision=precision, quantization=quantization)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:

@@ -1,9 +1,12 @@
-"""What several ``ltsedge`` commands share: the help of their common options, and the check of
-``--scheduler``/``--machine``."""
+"""What several ``ltsedge`` commands share: the help of their common options, the check of
+``--scheduler``/``--machine``, and what each says when the scheduler goes away."""
 
 from __future__ import annotations
 
-from ltsedge.errors import LtsedgeError
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ltsedge.errors import LostConnection, LtsedgeError
 from ltsedge.validate import scheduler_address
 
 DEVICE_HELP = "Device profile: a built-in name (see `ltsedge devices`) or a path to a profile TOML."
@@ -48,3 +51,19 @@ def check_fleet(scheduler: str | None, machine: str | None) -> None:
     elif machine is not None:
         raise LtsedgeError("--machine picks among the agents of a fleet: give --scheduler too")
 
+
+
+# What a command kept, and what to do, when its fleet's scheduler goes away (``when_scheduler_lost``).
+SEARCH_LOST = "run the same command again to resume"  # from the checkpoint, with every figure stored
+PROFILE_LOST = "no figure came back, so nothing was stored: run the same command again once the scheduler is back"
+CHECK_LOST = "no model was judged (a check keeps no figures): run the same command again once the scheduler is back"
+
+
+@contextmanager
+def when_scheduler_lost(advice: str) -> Iterator[None]:
+    """The fleet's one line for a lost scheduler (``runners.remote``), ended with ``advice``: what is true
+    for this command (only a search resumes)."""
+    try:
+        yield
+    except LostConnection as e:
+        raise LostConnection(f"{e}; {advice}") from None

@@ -15,10 +15,12 @@ from ltsedge.cli.options import (
     MACHINE_HELP,
     PER_CHANNEL_HELP,
     SCHEDULER_HELP,
+    SEARCH_LOST,
     STORE_HELP,
     SYMMETRIC_HELP,
     check_fleet,
     quantization_options,
+    when_scheduler_lost,
 )
 from ltsedge.errors import LtsedgeError
 from ltsedge.interrupts import exit_code
@@ -99,7 +101,8 @@ def search(
         quantization=quantization, search_timing=search_timing, resolution=resolution, scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
     )
-    result = run_search(options)
+    with when_scheduler_lost(SEARCH_LOST):
+        result = run_search(options)
     from ltsedge.search.summary import print_summary
 
     print_summary(result)

@@ -14,7 +14,8 @@ and is handed to ``on_result`` as it arrives (the store keeps it at once). An ag
 middle of a model: Dask runs the task again on another agent, and the figure is recorded once; a
 board whose measuring worker dies under a model gets the model measured once more, by whichever agent
 is free, before the failure counts (a model that kills every worker fails after that try). The
-scheduler going away: a one-line error; the search resumes from its checkpoint when run again. No
+scheduler going away: a one-line error (``LostConnection``), to which each command adds what is true
+for it (the search resumes from its checkpoint when run again; ``cli/options.py``). No
 answer at all for longer than a model may take (a hung or cut-off agent): the models still out are
 recorded as failures of the environment (never served from the store) and the search goes on.
 
@@ -30,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 from ltsedge.devices import DeviceProfile
@@ -42,6 +45,7 @@ from ltsedge.runners.model_payload import payload
 from ltsedge.runners.policy import Calibration
 
 ANSWER_SLACK_S = 60.0  # beyond the profile's per-model timeout: shipping, loading, the agent's calibration
+LARGE_GRAPH_WARNING = "distributed.admin.large-graph-warning-threshold"
 
 
 class RemoteRunner:
@@ -110,9 +114,10 @@ class RemoteRunner:
 
         def submit(i: int):
             model, data = payloads[i]
-            future = self._call(lambda: self.client.submit(
-                measure_on_agent, model, self.profile, shapes, race(i) if race else None, data,
-                resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))
+            with _models_travel_in_the_task():
+                future = self._call(lambda: self.client.submit(
+                    measure_on_agent, model, self.profile, shapes, race(i) if race else None, data,
+                    resources={SLOT: 1, MACHINE + self.machine: 1}, pure=False, retries=2))
             futures[future] = i
             return future
 
@@ -176,12 +181,11 @@ class RemoteRunner:
         try:
             return fn()
         except (OSError, TimeoutError, asyncio.TimeoutError) as e:
-            raise LostConnection(f"lost the scheduler ({e}); run the same command again to resume") from None
+            raise LostConnection(f"lost the scheduler ({e})") from None
         except Exception as e:  # noqa: BLE001 - distributed's own errors: the scheduler or a task
             if type(e).__name__ in ("CommClosedError", "CancelledError", "FutureCancelledError",
                                     "FuturesCancelledError"):
-                raise LostConnection(f"lost the scheduler ({type(e).__name__}); run the same command again to "
-                                     f"resume") from None
+                raise LostConnection(f"lost the scheduler ({type(e).__name__})") from None
             raise
 
     def close(self) -> None:
@@ -192,3 +196,15 @@ class RemoteRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def _models_travel_in_the_task():
+    """Without Dask's five-line "Sending large graph" warning for a model over 10 MB. Its advice (scatter
+    the data first) does not fit here: each model goes once to the one agent that measures it, and
+    scattered it would be parked on some agent, copied from it while it times another model, and lost
+    with it if it dies (where the model as the task's argument is given to another agent)."""
+    import dask
+
+    with dask.config.set({LARGE_GRAPH_WARNING: sys.maxsize}):  # bytes: none is too large
+        yield
