@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import parse_json, read_text
-from ltsedge.validate import is_int, reject_unknown
+from ltsedge.validate import is_int, is_number, reject_unknown
 
 DEFAULT_VOCAB_SIZE = 50257
 DEFAULT_N_POSITIONS = 1024
@@ -25,6 +26,11 @@ DEFAULT_N_POSITIONS = 1024
 # layer, or an attention-only layer. An architecture without block_types is all standard.
 STANDARD_BLOCK = "attn_ffn"
 BLOCK_TYPES = (STANDARD_BLOCK, "ffn", "attn")
+
+# Fields only some families have (Llama's): a backbone reads those it declares (``Backbone.architecture_fields``)
+# and fills the ones an architecture leaves unset (``Backbone.field_defaults``); set for any other, they are
+# refused. Unset, they stay out of the JSON, so the ids of architectures without them are what they were.
+FAMILY_FIELDS = ("n_kv_head", "head_dim", "tie_embeddings", "rope_theta", "rms_norm_eps")
 
 
 def default_cutoffs(vocab_size: int) -> tuple[int, ...]:
@@ -50,11 +56,19 @@ class Architecture:
     backbone: str = "gpt2"
     mem_len: int | None = None  # recurrence memory (Transformer-XL); None for backbones without one
     block_types: tuple[str, ...] = ()  # per layer, one of BLOCK_TYPES; () = every layer standard
+    # FAMILY_FIELDS:
+    n_kv_head: tuple[int, ...] = ()  # per layer, key/value heads each shared by n_head / n_kv_head query heads;
+    #                                  () = as many as query heads
+    head_dim: int | None = None  # one head size for every layer; None: each layer's d_model / n_head
+    tie_embeddings: bool | None = None  # the output layer is the token embedding (None: tied, as every family was)
+    rope_theta: float | None = None  # the base of rotary positions
+    rms_norm_eps: float | None = None  # RMSNorm's epsilon
 
     def __post_init__(self) -> None:
         # Normalise before validating so equal architectures compare (and hash) equal.
         object.__setattr__(self, "n_head", _int_tuple("n_head", self.n_head))
         object.__setattr__(self, "d_inner", _int_tuple("d_inner", self.d_inner))
+        object.__setattr__(self, "n_kv_head", _int_tuple("n_kv_head", self.n_kv_head))
         object.__setattr__(self, "cutoffs", _int_tuple("cutoffs", self.cutoffs))
         object.__setattr__(self, "block_types", _block_types(self.block_types, self.n_layer))
         if self.d_embed is None:
@@ -69,6 +83,9 @@ class Architecture:
         if self.mem_len is None and backbone.default_mem_len is not None:
             object.__setattr__(self, "mem_len", backbone.default_mem_len)
         _validate_backbone_fields(self, backbone)
+        for name, value in backbone.field_defaults(self).items():
+            if getattr(self, name) in (None, ()):
+                object.__setattr__(self, name, value)
         backbone.validate(self)  # the family's own rules
 
     @property
@@ -78,7 +95,14 @@ class Architecture:
 
     @property
     def d_head(self) -> tuple[int, ...]:
+        if self.head_dim is not None:
+            return (self.head_dim,) * self.n_layer
         return tuple(self.d_model // h for h in self.n_head)
+
+    @property
+    def kv_heads(self) -> tuple[int, ...]:
+        """Each layer's key/value heads: ``n_kv_head``, or one per query head where it is unset."""
+        return self.n_kv_head or self.n_head
 
     def block_type(self, layer: int) -> str:
         return self.block_types[layer] if self.block_types else STANDARD_BLOCK
@@ -113,6 +137,10 @@ class Architecture:
             out["mem_len"] = self.mem_len
         if self.block_types:
             out["block_types"] = list(self.block_types)
+        for name in FAMILY_FIELDS:
+            value = getattr(self, name)
+            if value not in (None, ()):
+                out[name] = list(value) if isinstance(value, tuple) else value
         return out
 
     def to_json(self, indent: int | None = None) -> str:
@@ -181,6 +209,9 @@ def _validate_backbone_fields(a: Architecture, backbone) -> None:
     if a.block_types and not backbone.supports_block_types:
         raise LtsedgeError(f"architecture field 'block_types' is invalid: backbone {a.backbone} has no per-layer "
                            f"block types")
+    for name in FAMILY_FIELDS:
+        if getattr(a, name) not in (None, ()) and name not in backbone.architecture_fields:
+            raise LtsedgeError(f"architecture field {name!r} is invalid: backbone {a.backbone} has no such field")
 
 
 def _backbone(name: Any):
@@ -201,7 +232,7 @@ def _check_int(name: str, value: Any, low: int, what: str = "") -> None:
 
 
 def _validate(a: Architecture) -> None:
-    _backbone(a.backbone)
+    backbone = _backbone(a.backbone)
     _check_int("n_layer", a.n_layer, 1)
     _check_int("d_model", a.d_model, 1)
     _check_int("d_embed", a.d_embed, 1)
@@ -216,11 +247,46 @@ def _validate(a: Architecture) -> None:
             )
         for i, v in enumerate(values):
             _check_int(f"{name}[{i}]", v, 1)
-    for i, h in enumerate(a.n_head):
-        if a.d_model % h:
-            raise LtsedgeError(
-                f"architecture field 'n_head[{i}]' = {h} is invalid: must divide d_model = {a.d_model}"
-            )
+    if a.head_dim is None:  # each layer's heads split d_model
+        hint = " (or give head_dim)" if "head_dim" in backbone.architecture_fields else ""
+        for i, h in enumerate(a.n_head):
+            if a.d_model % h:
+                raise LtsedgeError(
+                    f"architecture field 'n_head[{i}]' = {h} is invalid: must divide d_model = {a.d_model}{hint}"
+                )
+    else:
+        _check_int("head_dim", a.head_dim, 1)
+    _validate_family_fields(a)
+
+
+def _validate_family_fields(a: Architecture) -> None:
+    """The types and ranges of FAMILY_FIELDS that are set (which backbone may have them is checked later)."""
+    if a.n_kv_head:
+        if len(a.n_kv_head) != a.n_layer:
+            raise LtsedgeError(f"architecture field 'n_kv_head' has {len(a.n_kv_head)} entries: must have one per "
+                               f"layer (n_layer = {a.n_layer})")
+        for i, (kv, h) in enumerate(zip(a.n_kv_head, a.n_head)):
+            _check_int(f"n_kv_head[{i}]", kv, 1)
+            if h % kv:
+                raise LtsedgeError(f"architecture field 'n_kv_head[{i}]' = {kv} is invalid: n_head[{i}] = {h} must be "
+                                   f"a multiple of it (query heads share key/value heads in equal groups)")
+    if a.tie_embeddings is not None and not isinstance(a.tie_embeddings, bool):
+        raise LtsedgeError(f"architecture field 'tie_embeddings' = {a.tie_embeddings!r} is invalid: must be true "
+                           f"or false")
+    for name in ("rope_theta", "rms_norm_eps"):
+        value = getattr(a, name)
+        if value is None:
+            continue
+        if not _positive_float(value):
+            raise LtsedgeError(f"architecture field {name!r} = {value!r} is invalid: must be a finite number > 0")
+        object.__setattr__(a, name, float(value))  # 100000 and 100000.0 are one architecture, one id
+
+
+def _positive_float(value: Any) -> bool:
+    try:
+        return is_number(value) and math.isfinite(float(value)) and value > 0
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def _validate_cutoffs(a: Architecture) -> None:

@@ -67,8 +67,21 @@ class Backbone:
     # Names a trained checkpoint may carry for a tensor tied to another (alias -> the reference's name):
     # accepted by --weights when equal to it.
     tied_aliases: dict[str, str] = {}
+    # The architecture fields of some families only (``architecture.FAMILY_FIELDS``) that it reads; any
+    # other set is refused, and those an architecture leaves unset are filled by ``field_defaults``.
+    architecture_fields: tuple[str, ...] = ()
+    # Its generate bundle's naming: genai_config.json's ``model.type``; config.json's Hugging Face
+    # ``model_type`` and class where they read true for its models (None: genai.HF_FAMILIES, else its own
+    # type), with ``hf_config_fields``.
+    genai_model_type: str = "decoder"
+    hf_model_type: str | None = None
+    hf_class: str | None = None
 
     # --- the architecture ------------------------------------------------------------------------
+    def field_defaults(self, arch: Architecture) -> dict[str, Any]:
+        """Values of its ``architecture_fields`` for an architecture that leaves them unset (None or ())."""
+        return {}
+
     def validate(self, arch: Architecture) -> None:
         """Rules beyond the common ones (positive sizes, one entry per layer): raise LtsedgeError."""
 
@@ -109,6 +122,10 @@ class Backbone:
         ``options``: ``gemm=False`` (given only for a quantized export) asks for linear layers as MatMul + Add;
         ``cache_layout`` (given only to a ``kv_cache`` backbone) the generate variant's cache layout."""
         raise NotImplementedError
+
+    def hf_config_fields(self, arch: Architecture, layers: int) -> dict[str, Any]:
+        """config.json's fields in ``hf_model_type``'s Hugging Face names (``layers``: its layer count, the caches')."""
+        return {}
 
     # --- the search ------------------------------------------------------------------------------
     def default_space(self) -> dict[str, Any]:

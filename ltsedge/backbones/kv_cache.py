@@ -38,12 +38,18 @@ def check_cache_layout(layout: str) -> str:
 
 
 def generate_spec(arch, cache_layout: str = DEFAULT_CACHE_LAYOUT) -> ExportSpec:
+    return cache_spec(arch, [(n_head, arch.d_model // n_head) for n_head in cache_heads(arch, cache_layout)])
+
+
+def cache_spec(arch, shapes) -> ExportSpec:
+    """The generate variant with caches of the given static ``(heads, head size)``, one per attention layer
+    in order (``cache_layers``): a family whose caches are not d_model wide (grouped key/value heads) gives
+    its own."""
     inputs = [TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),
               TensorSpec("attention_mask", "int64", ("batch", "total_sequence"), "attention_mask"),
               TensorSpec("position_ids", "int64", ("batch", "sequence"), "position_ids")]
     outputs = [TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits")]
-    for i, n_head in enumerate(cache_heads(arch, cache_layout)):
-        d_head = arch.d_model // n_head
+    for i, (n_head, d_head) in enumerate(shapes):
         for kind in ("key", "value"):
             inputs.append(TensorSpec(PAST.format(i=i, kind=kind), "float32",
                                      ("batch", n_head, "past_sequence", d_head), "past"))
@@ -147,6 +153,6 @@ def _through_tokens(g, cache: str, n_head: int, d_model: int) -> str:
 
 def kv_cache_bytes(arch, batch: int, tokens: int, bytes_per_value: int = 4) -> int:
     """The cache of ``tokens`` tokens: keys and values of every attention layer (heads x head size = d_model,
-    in either layout)."""
-    width = sum(arch.n_head[i] * arch.d_head[i] for i in cache_layers(arch))
+    in either layout; key/value heads x head size with grouped queries)."""
+    width = sum(arch.kv_heads[i] * arch.d_head[i] for i in cache_layers(arch))
     return 2 * batch * tokens * width * bytes_per_value

@@ -5,7 +5,7 @@ parameter candidate takes seconds, most of it faulting in a gigabyte of new page
 matrix of every candidate is a window into one buffer of N(0, 0.02) values, at an offset derived from
 the architecture's seed and the parameter's name: building a model allocates nothing for its
 matrices, and the exporter streams them to the file straight from the buffer. Vectors (biases,
-LayerNorms) are small and get their own tensors.
+LayerNorm and RMSNorm scales) are small and get their own tensors.
 
 The resulting PyTorch model is an ordinary model: the tests export it and compare logits.
 """
@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 INIT_STD = 0.02
+NORMS = (nn.LayerNorm, nn.RMSNorm)  # their scales start at 1
 CHUNK = 1 << 22  # elements; windows start within the first chunk
 
 
@@ -58,7 +59,7 @@ def assign_shared_weights(model: nn.Module, seed: int, pool: WeightPool | None =
             full = f"{module_name}.{name}" if module_name else name
             if p.dim() >= 2:
                 data = pool.window(p.numel(), f"{seed}:{full}").view(p.shape)
-            elif isinstance(module, nn.LayerNorm) and name == "weight":
+            elif isinstance(module, NORMS) and name == "weight":
                 data = torch.ones(p.shape)
             else:
                 data = torch.empty(p.shape).normal_(0.0, INIT_STD, generator=gen)
@@ -68,14 +69,14 @@ def assign_shared_weights(model: nn.Module, seed: int, pool: WeightPool | None =
 
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int) -> None:
-    """Fresh GPT-2-style initialisation of every tensor: biases 0, LayerNorm scales 1, the rest N(0, 0.02)."""
+    """Fresh GPT-2-style initialisation of every tensor: biases 0, norm scales 1, the rest N(0, 0.02)."""
     gen = torch.Generator().manual_seed(seed)
-    layer_norm_scales = {f"{n}.weight" if n else "weight" for n, m in model.named_modules()
-                         if isinstance(m, nn.LayerNorm)}
+    norm_scales = {f"{n}.weight" if n else "weight" for n, m in model.named_modules()
+                         if isinstance(m, NORMS)}
     for name, p in model.named_parameters():
         if name.endswith("bias"):
             p.zero_()
-        elif name in layer_norm_scales:
+        elif name in norm_scales:
             p.fill_(1.0)
         else:
             p.normal_(0.0, INIT_STD, generator=gen)

@@ -1,32 +1,36 @@
 """The configuration files of a bundle: onnxruntime-genai's ``genai_config.json`` and the Hugging Face
 ``config.json`` / ``generation_config.json``.
 
-onnxruntime-genai (checked with 0.18): model type ``decoder`` is its generic decoder-only model; it
+onnxruntime-genai (checked with 0.18): model type ``decoder`` is its generic decoder-only model (a
+backbone may name its family's, ``Backbone.genai_model_type``: ``llama`` runs the same model); it
 feeds ``input_ids``, ``attention_mask`` and ``position_ids`` (int64) and the per-layer cache under the
 name templates below. Its config has one ``num_key_value_heads`` and ``head_size`` for all layers,
 which ltsedge's heterogeneous models do not have: with ``past_present_share_buffer`` off, genai
 starts from an empty cache and feeds each ``present`` back as ``past`` with the shapes the model
 gives it, so every layer keeps its own heads (tested: a model of 2, 8 and 4 heads per layer
-generates the reference's tokens and logits). The config's head fields hold the heads the first cache
-is stored in: H, every cache's, under the uniform layout (``backbones.kv_cache``), that layer's own under
-the per-layer one; ``config.json`` carries every layer's.
+generates the reference's tokens and logits). The config's head fields hold the heads and head size
+the first cache is stored in (as the graph declares it): H, every cache's, under the uniform layout
+(``backbones.kv_cache``), that layer's own under the per-layer one, its key/value heads with grouped
+queries; ``config.json`` carries every layer's.
 
-``config.json`` is the Hugging Face family's own (``model_type`` ``gpt2`` or ``opt``, transformers'
-field names) where that reading is true (``hf_family``), so Optimum's ``ORTModelForCausalLM`` and
-transformers.js load the bundle unchanged (tests/test_runtimes.py, tests/test_transformersjs.py). It sizes
-every layer's empty cache from the one head count: with the uniform cache layout (the default) that is
-every layer's, whatever the layers' own heads; with the per-layer layout only models with equal heads in
-every layer generate there. Its layer count is the number of caches, as genai's ``num_hidden_layers``.
+``config.json`` is the Hugging Face family's own (``model_type`` ``gpt2``, ``opt`` or a backbone's
+``hf_model_type``, e.g. ``llama``; transformers' field names) where that reading is true (``hf_family``),
+so Optimum's ``ORTModelForCausalLM`` and transformers.js load the bundle unchanged (tests/test_runtimes.py,
+tests/test_transformersjs.py). Optimum sizes every layer's empty cache from the one head count: with the
+uniform cache layout (the default) that is every layer's, whatever the layers' own heads; with the per-layer
+layout (and Llama's per-layer key/value heads) only models with equal heads in every layer generate there,
+and a Llama only with ``head_dim = hidden_size / num_attention_heads`` (Optimum's head size, checked with
+optimum-onnx 0.1.0: it ignores ``head_dim``). Its layer count is the number of caches, as genai's
+``num_hidden_layers``.
 """
 
 from __future__ import annotations
 
 import ltsedge
 from ltsedge.backbones import get_backbone
-from ltsedge.backbones.kv_cache import (DEFAULT_CACHE_LAYOUT, PAST, PRESENT, cache_heads, cache_heads_of,
-                                        cache_layers, check_cache_layout)
+from ltsedge.backbones.kv_cache import (DEFAULT_CACHE_LAYOUT, PAST, PRESENT, cache_heads, cache_layers,
+                                        check_cache_layout)
 
-GENAI_MODEL_TYPE = "decoder"
 LAYER_NORM_EPS = 1e-5  # both families' (ltsedge.backbones.gpt2.model, opt.model; not imported: they need torch)
 # backbone = its Hugging Face model_type -> the class Transformers builds for it
 HF_FAMILIES = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM"}
@@ -53,22 +57,30 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
     tokens = special_token_ids(arch, tokenizer)
     context = arch.n_positions
     # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
-    # One head count for all in genai's schema: the first cache's as declared (H, every cache's, if uniform).
-    heads = cache_heads_of(spec, 0) if cache_layers(arch) else arch.n_head[0]
+    # One head count for all in genai's schema: the first cache's as declared (H, every cache's, if uniform),
+    # its query heads as many again as its layer groups on each key/value head.
+    caches = cache_layers(arch)
+    if caches:
+        first = next(t for t in spec.inputs if t.name == PAST.format(i=0, kind="key"))
+        kv_heads, head_size = first.dims[1], first.dims[3]
+        heads = kv_heads * (arch.n_head[caches[0]] // arch.kv_heads[caches[0]])
+    else:
+        heads = kv_heads = arch.n_head[0]
+        head_size = arch.d_head[0]
     return {
         "model": {
             **tokens,
             "context_length": context,
             "vocab_size": arch.vocab_size,
-            "type": GENAI_MODEL_TYPE,
+            "type": get_backbone(arch.backbone).genai_model_type,
             "decoder": {
                 "filename": model_file,
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "hidden_size": arch.d_model,
                 "num_hidden_layers": len(cache_layers(arch)),
                 "num_attention_heads": heads,
-                "num_key_value_heads": heads,
-                "head_size": arch.d_model // heads,
+                "num_key_value_heads": kv_heads,
+                "head_size": head_size,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
                            "position_ids": "position_ids",
                            "past_key_names": PAST.format(i="%d", kind="key"),
@@ -93,21 +105,26 @@ def hf_family(arch) -> str | None:
 
     A runtime running the ONNX decoder reads from config.json only the class and cache names (model_type),
     the number of caches (the layer count), the cache heads and hidden size, vocabulary, special tokens and
-    use_cache: the graph holds the network. So every GPT-2 and OPT model with a KV cache is its family's:
-    adaptive embeddings (``d_embed != d_model`` or ``div_val > 1``) change nothing runtimes read, and PAR
-    block types only which layers have a cache (``hf_config`` counts those). Not so for Transformer-XL (no
-    KV cache: a recurrence memory) or a PAR model without attention (no cache at all): those keep
-    ``ltsedge-<backbone>``, which no runtime mistakes for a model it knows.
+    use_cache: the graph holds the network. So every GPT-2 and OPT model with a KV cache is its family's (and
+    every model of a backbone that declares its ``hf_model_type``, e.g. Llama's): adaptive embeddings
+    (``d_embed != d_model`` or ``div_val > 1``) change nothing runtimes read, and PAR block types only which
+    layers have a cache (``hf_config`` counts those). Not so for Transformer-XL (no KV cache: a recurrence
+    memory) or a PAR model without attention (no cache at all): those keep ``ltsedge-<backbone>``, which no
+    runtime mistakes for a model it knows.
     """
-    if arch.backbone not in HF_FAMILIES or not cache_layers(arch):
+    if not cache_layers(arch):
         return None
-    return arch.backbone
+    declared = get_backbone(arch.backbone).hf_model_type
+    if declared:
+        return declared
+    return arch.backbone if arch.backbone in HF_FAMILIES else None
 
 
 def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = None) -> dict:
     """A Hugging Face config: the family's ``model_type`` and field names where its reading is true
-    (``hf_family``), ltsedge's own type with GPT-2's names otherwise; every layer's heads, head size,
-    FFN width and block type under ``ltsedge`` (and its ``n_layer``), and a KV-cache
+    (``hf_family``; a backbone's own ``hf_config_fields`` where it declares its ``hf_model_type``), ltsedge's
+    own type with GPT-2's names otherwise; the output layer's tying; every layer's heads (and key/value
+    heads where set), head size, FFN width and block type under ``ltsedge`` (and its ``n_layer``), and a KV-cache
     backbone's cache layout (``cache_layout``, None: the default) with the heads its first cache is stored
     in (``cache_heads``: H, every cache's, in the uniform layout). The standard head field holds those (one
     value for all layers, as runtimes that size the cache from it need, e.g. Optimum); the FFN width is
@@ -126,17 +143,23 @@ def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = No
     layers = len(cache_layers(arch)) if family else arch.n_layer
     if family:
         cache["standard_layer_count"] = "cache layers (cache_layers), not n_layer"
-    fields = _opt_fields(arch, heads, layers) if family == "opt" else _gpt2_fields(arch, heads, layers)
+    backbone = get_backbone(arch.backbone)
+    if family and backbone.hf_model_type:
+        fields, hf_class = backbone.hf_config_fields(arch, layers), backbone.hf_class
+    else:
+        fields = _opt_fields(arch, heads, layers) if family == "opt" else _gpt2_fields(arch, heads, layers)
+        hf_class = HF_FAMILIES.get(family)
+    per_layer_kv = {"n_kv_head_per_layer": list(arch.n_kv_head)} if arch.n_kv_head else {}
     return {
         "model_type": family or f"ltsedge-{arch.backbone}",
-        "architectures": [HF_FAMILIES[family] if family else f"ltsedge.backbones.{arch.backbone}"],
+        "architectures": [hf_class if family else f"ltsedge.backbones.{arch.backbone}"],
         "vocab_size": arch.vocab_size,
         **fields,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": arch.tie_embeddings is not False,
         "use_cache": True,
         **special_token_ids(arch, tokenizer),
         "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
-                    "n_layer": arch.n_layer, "n_head_per_layer": list(arch.n_head),
+                    "n_layer": arch.n_layer, "n_head_per_layer": list(arch.n_head), **per_layer_kv,
                     "head_dim_per_layer": list(arch.d_head),
                     "d_inner_per_layer": list(arch.d_inner),
                     "block_type_per_layer": [arch.block_type(i) for i in range(arch.n_layer)], **cache},
