@@ -67,12 +67,26 @@ def test_adaptive_gets_default_cutoffs_and_plain_has_none():
     ({"n_layer": 0, "n_head": [], "d_inner": []}, ["n_layer", "0", ">= 1"]),
     ({"d_model": 64.0}, ["d_model", "64.0"]),
     ({"n_layer": True}, ["n_layer", "True"]),
-    ({"backbone": "llama"}, ["backbone", "llama", "gpt2"]),
+    ({"backbone": "mamba"}, ["backbone", "mamba", "gpt2"]),
     ({"vocab_size": 1}, ["vocab_size", "1", ">= 2"]),
     ({"d_embed": 32, "div_val": 2, "cutoffs": [300, 200]}, ["cutoffs", "strictly increasing"]),
     ({"d_embed": 32, "div_val": 2, "cutoffs": [100, 600]}, ["cutoffs", "1..499"]),
     ({"d_embed": 4, "div_val": 4}, ["div_val", "no embedding dimension"]),
     ({"n_head": "2,4"}, ["n_head", "list of integers"]),
+    # fields of the families that have them (Llama's)
+    ({"n_kv_head": [1, 2]}, ["n_kv_head", "backbone gpt2 has no such field"]),
+    ({"backbone": "llama", "n_kv_head": [2, 3]}, ["n_kv_head[1]", "3", "n_head[1] = 4", "multiple"]),
+    ({"backbone": "llama", "n_kv_head": [2]}, ["n_kv_head", "1 entries", "one per layer"]),
+    ({"backbone": "llama", "n_kv_head": [2, 0]}, ["n_kv_head[1]", "0", ">= 1"]),
+    ({"backbone": "llama", "head_dim": 15}, ["head_dim", "15", "even"]),
+    ({"backbone": "llama", "head_dim": 0}, ["head_dim", "0", ">= 1"]),
+    ({"backbone": "llama", "n_head": [64, 4]}, ["n_head[0]", "64", "head size", "even"]),
+    ({"backbone": "llama", "n_head": [3, 4]}, ["n_head[0]", "divide d_model = 64", "or give head_dim"]),
+    ({"backbone": "llama", "rope_theta": 0}, ["rope_theta", "0", "> 0"]),
+    ({"backbone": "llama", "rope_theta": 10**400}, ["rope_theta", "finite"]),
+    ({"backbone": "llama", "rms_norm_eps": "1e-5"}, ["rms_norm_eps", "'1e-5'", "number"]),
+    ({"backbone": "llama", "tie_embeddings": 1}, ["tie_embeddings", "1", "true or false"]),
+    ({"backbone": "llama", "d_embed": 32}, ["backbone llama", "plain embeddings"]),
 ])
 def test_validation_errors_name_field_value_and_rule(change, words):
     fields = tiny_arch().to_dict()
@@ -83,6 +97,23 @@ def test_validation_errors_name_field_value_and_rule(change, words):
     assert "\n" not in message
     for word in words:
         assert word in message
+
+
+def test_a_familys_own_fields_are_filled_in_once_and_kept_out_of_other_families():
+    """Llama's fields unset are its defaults, written out: one architecture, one id, however it is given."""
+    minimal = Architecture.from_dict({"backbone": "llama", "n_layer": 2, "d_model": 64, "n_head": [4, 4],
+                                      "d_inner": [128, 128]})
+    explicit = Architecture.from_dict({**minimal.to_dict(), "rope_theta": 10000})  # an integer theta
+    assert minimal == explicit and minimal.id == explicit.id == Architecture.from_json(minimal.to_json()).id
+    assert {k: minimal.to_dict()[k] for k in ("n_kv_head", "head_dim", "tie_embeddings", "rope_theta",
+                                             "rms_norm_eps")} == {
+        "n_kv_head": [4, 4], "head_dim": 16, "tie_embeddings": True, "rope_theta": 10000.0, "rms_norm_eps": 1e-5}
+    per_layer = Architecture(backbone="llama", n_layer=2, d_model=64, n_head=[2, 4], d_inner=[128, 128])
+    assert per_layer.head_dim is None and per_layer.d_head == (32, 16) and "head_dim" not in per_layer.to_dict()
+    wide = Architecture(backbone="llama", n_layer=1, d_model=64, n_head=[6], n_kv_head=[2], head_dim=32, d_inner=[96])
+    assert wide.d_head == (32,) and wide.kv_heads == (2,)
+    assert not set(tiny_arch().to_dict()) & {"n_kv_head", "head_dim", "tie_embeddings", "rope_theta", "rms_norm_eps"}
+    assert tiny_arch().kv_heads == tiny_arch().n_head
 
 
 def test_unknown_and_missing_fields(tmp_path):

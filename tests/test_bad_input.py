@@ -33,6 +33,26 @@ def test_an_architecture_too_large_for_memory_is_refused_before_allocating(tmp_p
     assert not (tmp_path / "h.onnx").exists()
 
 
+SMOLLM2 = {"backbone": "llama", "n_layer": 2, "d_model": 576, "n_head": [9, 9], "n_kv_head": [3, 3], "head_dim": 64,
+           "d_inner": [1536, 1536], "vocab_size": 49152, "tie_embeddings": True, "rope_theta": 100000,
+           "n_positions": 8192}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_kv_head": [3, 4]}, "'n_kv_head[1]' = 4 is invalid: n_head[1] = 9 must be a multiple of it"),
+    ({"head_dim": 63}, "'head_dim' = 63 is invalid: rotary positions"),
+    ({"n_kv_heads": [3, 3]}, "unknown architecture field 'n_kv_heads'"),
+    ({"n_kv_head": [3, 3, 3]}, "'n_kv_head' has 3 entries: must have one per layer"),
+    ({"d_inner": [1536]}, "'d_inner' has 1 entries: must have one per layer"),
+])
+def test_a_bad_llama_architecture_is_one_line(tmp_path, change, message):
+    path = tmp_path / "arch.json"
+    path.write_text(json.dumps({**SMOLLM2, **change}))
+    one_line_exit_2(run_ltsedge("params", "--json", path), message)
+    path.write_text(json.dumps(SMOLLM2))
+    assert run_ltsedge("params", "--json", path).returncode == 0  # the same architecture without the mistake
+
+
 def test_a_space_of_ten_to_the_thousands_is_described(tmp_path):
     config = tmp_path / "space.toml"
     config.write_text("n_layer = {min = 2, max = 2000}\nd_model = [128]\nn_head = [2]\nd_inner = {min = 256, max = 512, step = 64}\n")

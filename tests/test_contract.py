@@ -13,8 +13,9 @@ around each test here, one line each).
 - the exported bytes of each architecture and variant are pinned (``PINS``).
 
 Which architectures a backbone is held to follows from what it declares: PAR layers where
-``supports_block_types``, adaptive embeddings where ``supports_adaptive``, the generate parts where
-``"generate" in variants`` — never from its name. Per-backbone test files keep what is that backbone's own.
+``supports_block_types``, adaptive embeddings where ``supports_adaptive``, grouped key/value heads, a head
+size of its own and an untied output layer where its ``architecture_fields`` have them, the generate parts
+where ``"generate" in variants`` — never from its name. Per-backbone test files keep what is that backbone's own.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ltsedge.backbones import backbone_names, get_backbone, register, unregister
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata, weight_seed
 from ltsedge.exporters.bundle import write_bundle
+from ltsedge.exporters.genai import hf_config, hf_family
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from ltsedge.iospec import ExportSpec
@@ -73,13 +75,18 @@ def contract_archs(backbone) -> dict[str, dict]:
         archs["adaptive"] = dict(small, n_layer=2, d_model=48, n_head=(3, 2), d_inner=(40, 56), d_embed=32, div_val=2,
                                  cutoffs=(30, 60), block_types=par)
         archs["narrow_embedding"] = dict(small, n_layer=2, n_head=(1, 2), d_inner=(16, 64), d_embed=16)
+    grouped = {"n_kv_head": (2, 1, 2), "head_dim": 12, "tie_embeddings": False}  # attention 48, 72, 24 wide
+    grouped = {k: v for k, v in grouped.items() if k in backbone.architecture_fields}
+    if grouped:
+        archs["grouped"] = dict(small, n_layer=3, n_head=(4, 6, 2), d_inner=(40, 56, 24), **grouped)
     return archs
 
 
 def fast_kind(backbone) -> str:
     """The architecture the fast loop (``-m "not slow"``) checks a backbone on: the one with the most of what
-    it declares (adaptive embeddings with PAR layers, PAR layers, or plain); the others are ``slow``."""
-    return next(kind for kind in ("adaptive", "par", "plain") if kind in contract_archs(backbone))
+    it declares (adaptive embeddings with PAR layers, PAR layers, grouped heads, or plain); the others are
+    ``slow``."""
+    return next(kind for kind in ("adaptive", "par", "grouped", "plain") if kind in contract_archs(backbone))
 
 
 def cases(*, variants: bool = False, all_fast: bool = False):
@@ -178,7 +185,9 @@ def uncached_greedy(model, rows: list[list[int]], n_new: int) -> tuple[np.ndarra
 
 def random_archs(backbone, n: int, seed: int) -> list[Architecture]:
     """Random heterogeneous architectures, large ones included (counted on the meta device: free), a third
-    adaptive and half with PAR layers where the backbone declares them; those it refuses are left out."""
+    adaptive and half with PAR layers where the backbone declares them, three quarters with grouped key/value
+    heads, a head size of their own and a random output layer tying where its fields have them; those it
+    refuses are left out."""
     rng = random.Random(seed)
     archs = []
     for _ in range(n):
@@ -193,9 +202,19 @@ def random_archs(backbone, n: int, seed: int) -> list[Architecture]:
             fields.update(d_embed=rng.choice([16, 64, 128, d_model]), div_val=rng.choice([1, 2, 4]))
         if backbone.supports_block_types and rng.random() < 0.5:
             fields["block_types"] = [rng.choice(BLOCK_TYPES) for _ in range(n_layer)]
+        if backbone.architecture_fields and rng.random() < 0.75:  # (odd head sizes are refused without head_dim)
+            fields.update(_grouped_fields(rng, fields["n_head"], backbone.architecture_fields))
         with contextlib.suppress(LtsedgeError):
             archs.append(Architecture(**fields))
     return archs
+
+
+def _grouped_fields(rng: random.Random, heads: list[int], declared: tuple[str, ...]) -> dict:
+    """Random values of the grouped-attention fields a backbone declares: key/value heads dividing each
+    layer's heads, an even head size, a tied or untied output layer."""
+    fields = {"n_kv_head": [rng.choice([k for k in range(1, h + 1) if h % k == 0]) for h in heads],
+              "head_dim": 2 * rng.randint(1, 64), "tie_embeddings": rng.random() < 0.5}
+    return {k: v for k, v in fields.items() if k in declared}
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))
@@ -207,9 +226,33 @@ def test_the_proxy_equals_the_pytorch_modules(name, backbone):
         assert sum(a.adaptive for a in archs) > 30
     if backbone.supports_block_types:
         assert sum(bool(a.block_types) for a in archs) > 40
+    if "n_kv_head" in backbone.architecture_fields:
+        assert sum(a.kv_heads != a.n_head for a in archs) > 30
     for arch in archs:
         counts = count_params(arch)
         assert counted_by_torch(arch) == (counts.decoder_params, counts.total_params), arch.to_json()
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_the_proxy_counts_as_transformers_builds_the_bundles_config(name, backbone):
+    """Where the bundle's config.json is a Hugging Face family's (``hf_family``), transformers builds from it a
+    model of the proxy's total parameters: an architecture whose layers are alike (a config holds one value
+    per field), with grouped key/value heads, a head size of its own and an untied output layer where the
+    backbone's fields have them."""
+    fields = dict(n_layer=2, d_model=64, n_head=(4, 4), d_inner=(96, 96), vocab_size=300, n_positions=64)
+    grouped = {"n_kv_head": (2, 2), "head_dim": 24, "tie_embeddings": False}
+    arch = Architecture(backbone=name, **fields, **{k: v for k, v in grouped.items()
+                                                    if k in backbone.architecture_fields})
+    if hf_family(arch) is None:
+        pytest.skip(f"backbone {name}'s bundles are not a Hugging Face family's")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = hf_config(arch)
+    read = transformers.AutoConfig.for_model(config["model_type"], **{
+        k: v for k, v in config.items() if k not in ("model_type", "architectures", "ltsedge")})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(read)
+    assert type(model).__name__ == config["architectures"][0]
+    assert model.num_parameters() == count_params(arch).total_params
 
 
 # --- export --------------------------------------------------------------------------------------
@@ -298,7 +341,7 @@ def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, 
 # export's bytes, metadata aside (it carries the ltsedge version). A test failing here means the exported
 # graph (or its weights) changed: when intended, bump the backbone's graph_version, so that stored figures
 # of the old graph are never reused, and update the pins and PINNED_GRAPH_VERSION in the same commit.
-PINNED_GRAPH_VERSION = {"gpt2": 1, "opt": 1, "transfo_xl": 1, "toy": 1}
+PINNED_GRAPH_VERSION = {"gpt2": 1, "opt": 1, "transfo_xl": 1, "llama": 1, "toy": 1}
 PINS = {
     ("gpt2", "plain", "forward"): "8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
     ("gpt2", "plain", "generate"): "84632677bdf8b40f0f0fad5febd751ecfde643e7887337fba5883d654b521a5e",
@@ -326,6 +369,10 @@ PINS = {
     ("opt", "par", "generate"): "23346f1626cdcc50590eee50f22bfc9b174edb873212a744d36e15c8d66c390d",
     ("opt", "no_attention", "forward"): "4d09c3006fb86eb3c6a1e34a52b93d12eb2d15b4b90622c374a112d42f661782",
     ("opt", "no_attention", "generate"): "f48bc184c805f23c2388819eb2c5a56b6696fba3467dd62b079173d9fdc396d6",
+    ("llama", "plain", "forward"): "1a29951f5a294c76eeb09b0346b6c7120fa09c28e3b158a6d370b2c586e084b5",
+    ("llama", "plain", "generate"): "cd9aa541ef5b792065e0f7ccd0d4377da30654a879e19d54aa58311145907413",
+    ("llama", "grouped", "forward"): "eda3161c32d39e8aa63811ebfa712a70edef2fb0d4f53fb7f392c581fa91c4df",
+    ("llama", "grouped", "generate"): "6bf2a8c15ea14d7404ddbf7761beb35e20c035d162df7c5b2b1693e9fc43a9da",
     ("toy", "plain", "forward"): "7521394f4af9e8dec01e34627945a3a814e2a09ef7a7497e1b86ea6c2d718fc2",
 }
 

@@ -40,12 +40,14 @@ def get_backbone(name: str) -> Backbone:
 
 def _register_builtins() -> None:
     from ltsedge.backbones.gpt2 import GPT2Backbone
+    from ltsedge.backbones.llama import LlamaBackbone
     from ltsedge.backbones.opt import OPTBackbone
     from ltsedge.backbones.transfo_xl import TransfoXLBackbone
 
     register(GPT2Backbone())
     register(TransfoXLBackbone())
     register(OPTBackbone())
+    register(LlamaBackbone())
 
 
 _register_builtins()

@@ -1,0 +1,72 @@
+"""Llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU): the family small on-device
+models ship in (SmolLM2, MobileLLM, TinyLlama; OpenELM's per-layer heads and widths).
+
+Its own architecture fields (``architecture.FAMILY_FIELDS``): per-layer ``n_kv_head`` (each layer's
+``n_head`` a multiple of it), one ``head_dim`` (a layer's attention ``n_head x head_dim`` wide, which may
+differ from d_model), ``tie_embeddings``, ``rope_theta``, ``rms_norm_eps``. ``params.py`` counts as
+transformers' ``LlamaForCausalLM`` does, ``model.py`` is the PyTorch reference, ``graph.py`` the ONNX
+graph; this file ties them into the ``Backbone``, with its Hugging Face and onnxruntime-genai names.
+"""
+
+from __future__ import annotations
+
+from ltsedge.backbones.base import PackageBackbone
+from ltsedge.backbones.kv_cache import cache_layers, cache_spec
+from ltsedge.errors import LtsedgeError
+
+# transformers' LlamaConfig defaults where the architecture leaves a field unset, but for the tied output
+# layer (every other backbone's, and what models below a billion parameters ship) and the RMSNorm
+# epsilon (1e-5, SmolLM2's, TinyLlama's and MobileLLM's; transformers' is 1e-6).
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_RMS_NORM_EPS = 1e-5
+
+
+class LlamaBackbone(PackageBackbone):
+    name = "llama"
+    description = "Llama: pre-RMSNorm blocks, rotary positions, grouped-query attention, SwiGLU"
+    variants = ("forward", "generate")
+    model_class = "Llama"
+    supports_adaptive = False  # plain embeddings (d_embed = d_model)
+    # n_positions is its context (max_position_embeddings): the rotary angles are computed, not a table, but
+    # a model is not meant to be run past the context it declares.
+    learned_positions = True
+    architecture_fields = ("n_kv_head", "head_dim", "tie_embeddings", "rope_theta", "rms_norm_eps")
+    # Hugging Face's LlamaForCausalLM state_dict carries the tied output layer under its own name.
+    tied_aliases = {"lm_head.weight": "embed_tokens.weight"}
+    genai_model_type = "llama"
+    hf_model_type = "llama"
+    hf_class = "LlamaForCausalLM"
+
+    def field_defaults(self, arch) -> dict:
+        """Multi-head attention; head_dim when every layer's d_model / n_head is one size (else each layer's
+        own); a tied output layer; transformers' rope_theta; an RMSNorm epsilon of 1e-5."""
+        sizes = set(arch.d_head)
+        return {"n_kv_head": arch.n_head, "head_dim": sizes.pop() if len(sizes) == 1 else None,
+                "tie_embeddings": True, "rope_theta": DEFAULT_ROPE_THETA, "rms_norm_eps": DEFAULT_RMS_NORM_EPS}
+
+    def validate(self, arch) -> None:
+        for i, head_dim in enumerate(arch.d_head):
+            if head_dim % 2:
+                where = (f"'head_dim' = {head_dim}" if arch.head_dim is not None else
+                         f"'n_head[{i}]' = {arch.n_head[i]} (a head size of d_model / n_head = {head_dim})")
+                raise LtsedgeError(f"architecture field {where} is invalid: rotary positions rotate pairs of a "
+                                   f"head's features, so the head size must be even")
+
+    def generate_spec(self, arch, cache_layout: str | None = None):
+        """Each layer's cache in its own key/value heads and head size, static: no layout to choose."""
+        return cache_spec(arch, [(arch.kv_heads[i], arch.d_head[i]) for i in cache_layers(arch)])
+
+    def default_space(self) -> dict:
+        """Plain embeddings (the study's other ranges)."""
+        return {"d_embed": (), "div_val": (1,)}
+
+    def hf_config_fields(self, arch, layers: int) -> dict:
+        """transformers' LlamaConfig names. One value per field: layer 0's heads, key/value heads and SwiGLU
+        width (runtimes that read every layer's cache from the graph, onnxruntime-genai and transformers.js,
+        need no more; ``ltsedge`` in config.json has every layer's)."""
+        return {"hidden_size": arch.d_model, "num_hidden_layers": layers, "num_attention_heads": arch.n_head[0],
+                "num_key_value_heads": arch.kv_heads[0], "head_dim": arch.d_head[0],
+                "intermediate_size": arch.d_inner[0], "max_position_embeddings": arch.n_positions,
+                "rope_theta": arch.rope_theta, "rope_scaling": None, "rms_norm_eps": arch.rms_norm_eps,
+                "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+                "attention_dropout": 0.0, "pretraining_tp": 1}

@@ -1,0 +1,168 @@
+"""Llama as an ONNX graph of standard operators, written node by node from the architecture and the
+reference model's weights.
+
+Same route as GPT-2's and OPT's graphs (no tracing): weights read by their state-dict names
+(``model.py``), linear layers through ``GraphBuilder.linear`` (Gemm, or MatMul for the quantizers), the
+tied output layer reusing the token-embedding initializer. Only standard ONNX operators, so every
+``--target-ort`` release loads it: RMSNorm as ReduceMean/Sqrt/Div, SiLU as Sigmoid times its input.
+
+Rotary positions are computed from the positions in the graph (one Cos and Sin per head size, shared
+by the layers), from the reference's very frequencies: no table bounds the sequence. They rotate the
+queries and keys in the ``[B, T, heads, head_dim]`` layout before the transposes that copy them anyway,
+as ``x * cos + swap_halves(x) * sin'`` with ``sin' = (-sin, sin)``: rotate_half without a Neg per layer.
+Grouped key/value heads are never repeated: the ``n_head / n_kv_head`` query heads of a group are
+stacked along the sequence axis (a free Reshape), so one MatMul per group reads its keys and values.
+The generate variant's caches are each layer's own ``[batch, n_kv_head, past, head_dim]``, static heads
+and head size; keys are cached rotated, as transformers caches them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ltsedge.backbones.kv_cache import PAST, PRESENT
+from ltsedge.backbones.llama.model import MASKED_SCORE, inverse_frequencies
+from ltsedge.iospec import ExportSpec
+from ltsedge.onnx_graph import GraphBuilder
+
+FIRST_REDUCE_AXES_INPUT_OPSET = 18  # ReduceMean takes its axes as an input from opset 18 on
+
+
+def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``."""
+    g = GraphBuilder(weights, opset, gemm)
+    ids_shape = g.op("Shape", "input_ids")  # [B, T]
+    seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
+    positions = g.op("Range", g.const(0), seq_len, g.const(1))  # [T]: angles [T, 1, hd] over [B, T, h, hd]
+    allowed = g.causal(g.const(0), seq_len)  # [T, T]
+    return _finish(g, arch, spec, positions, ids_shape, allowed, cached=False, name=f"ltsedge_{arch.backbone}")
+
+
+def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
+                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
+
+    ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
+    padding); per layer ``past_key_values.{i}.key/.value`` [batch, n_kv_head[i], past, head_dim] -> ``logits``
+    and ``present.{i}.*`` [batch, n_kv_head[i], past + sequence, head_dim]. Prefill is the same graph with a
+    past of length 0. Mirrors ``Llama.forward_with_cache``.
+    """
+    g = GraphBuilder(weights, opset, gemm)
+    ids_shape = g.op("Shape", "input_ids")
+    seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
+    past_len = g.op("Gather", g.op("Shape", PAST.format(i=0, kind="key")), g.const(2), axis=0)
+    causal = g.causal(past_len, g.op("Add", past_len, seq_len))  # [T, P + T]
+    not_padding = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.BOOL), g.const([1, 2]))
+    allowed = g.op("And", causal, not_padding)  # [B, 1, T, P + T]
+    return _finish(g, arch, spec, "position_ids", ids_shape, allowed, cached=True,
+                   name=f"ltsedge_{arch.backbone}_generate")
+
+
+def _finish(g: GraphBuilder, arch, spec: ExportSpec, positions: str, ids_shape: str, allowed: str, cached: bool,
+            name: str) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The embedding, the layers, the final RMSNorm and the output layer; the graph declaring ``spec``."""
+    x = g.op("Reshape", g.op("Gather", g.weight("embed_tokens.weight"), "input_ids", axis=0),
+             g.const([-1, arch.d_model]))  # [B*T, d]
+    angles: dict[int, tuple[str, str]] = {}  # head size -> cos, sin' broadcasting over [B, T, heads, head size]
+    for i in range(arch.n_layer):
+        prefix = f"layers.{i}"
+        head_dim = arch.d_head[i]
+        if head_dim not in angles:
+            angles[head_dim] = _angles(g, positions, head_dim, arch.rope_theta)
+        a = _rms_norm(g, x, f"{prefix}.input_layernorm", arch.rms_norm_eps)
+        x = g.op("Add", x, _attention(g, arch, i, a, ids_shape, angles[head_dim], allowed, cached))
+        m = _rms_norm(g, x, f"{prefix}.post_attention_layernorm", arch.rms_norm_eps)
+        x = g.op("Add", x, _mlp(g, m, f"{prefix}.mlp"))
+    x = _rms_norm(g, x, "norm", arch.rms_norm_eps)
+    if arch.tie_embeddings:
+        logits = g.matmul_t(x, g.weight("embed_tokens.weight"))  # the embedding initializer itself
+    else:
+        logits = g.linear(x, "lm_head", bias=False)
+    g.op("Reshape", logits, g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
+    g.rename_last("logits")
+    graph = g.graph(name, [t.value_info() for t in spec.inputs], [t.value_info() for t in spec.outputs])
+    return graph, g.large
+
+
+def _rms_norm(g: GraphBuilder, x: str, prefix: str, eps: float) -> str:
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis."""
+    square = g.op("Mul", x, x)
+    if g.opset >= FIRST_REDUCE_AXES_INPUT_OPSET:
+        mean = g.op("ReduceMean", square, g.const([-1]), keepdims=1)
+    else:
+        mean = g.op("ReduceMean", square, axes=[-1], keepdims=1)
+    rms = g.op("Sqrt", g.op("Add", mean, g.const(eps, np.float32)))
+    return g.op("Mul", g.op("Div", x, rms), g.weight(f"{prefix}.weight"))
+
+
+def _mlp(g: GraphBuilder, x: str, prefix: str) -> str:
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``, SiLU as ``x * sigmoid(x)``."""
+    gate = g.linear(x, f"{prefix}.gate_proj", bias=False)
+    up = g.linear(x, f"{prefix}.up_proj", bias=False)
+    hidden = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+    return g.linear(hidden, f"{prefix}.down_proj", bias=False)
+
+
+def _angles(g: GraphBuilder, positions: str, head_dim: int, theta: float) -> tuple[str, str]:
+    """cos and sin' = (-sin, sin) of ``positions`` ([T] or [B, T]) for heads of ``head_dim``, with a heads axis
+    before the last: ``[T, 1, hd]`` or ``[B, T, 1, hd]``."""
+    frequencies = g.const(inverse_frequencies(head_dim, theta).numpy(), np.float32)
+    angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=TensorProto.FLOAT), g.const([-1])),
+                  frequencies)  # [..., T, hd/2]
+    angles = g.op("Unsqueeze", angles, g.const([-2]))  # [..., T, 1, hd/2]
+    cos, sin = g.op("Cos", angles), g.op("Sin", angles)
+    return g.op("Concat", cos, cos, axis=-1), g.op("Concat", g.op("Neg", sin), sin, axis=-1)
+
+
+def _rotate(g: GraphBuilder, x: str, angles: tuple[str, str], head_dim: int) -> str:
+    """``x [B, T, h, hd]`` rotated: ``x * cos + (x2, x1) * (-sin, sin)`` = transformers' ``x * cos +
+    rotate_half(x) * sin``."""
+    cos, sin = angles
+    half = g.const([head_dim // 2, head_dim // 2])
+    first, second = g.op("Split", x, half, axis=-1, n_out=2)
+    swapped = g.op("Concat", second, first, axis=-1)
+    return g.op("Add", g.op("Mul", x, cos), g.op("Mul", swapped, sin))
+
+
+def _attention(g: GraphBuilder, arch, i: int, x: str, ids_shape: str, angles: tuple[str, str], allowed: str,
+               cached: bool) -> str:
+    """Grouped-query self-attention of layer ``i`` on ``x [B*T, d]``; ``cached``: cache ``i`` is prepended and
+    the keys and values of all tokens are its ``present`` outputs."""
+    n_head, n_kv, head_dim = arch.n_head[i], arch.kv_heads[i], arch.d_head[i]
+    group = n_head // n_kv
+    prefix = f"layers.{i}.self_attn"
+
+    def heads(name: str, count: int) -> str:  # the projection [B*T, count*hd] as [B, T, count, hd]
+        return g.op("Reshape", g.linear(x, f"{prefix}.{name}", bias=False),
+                    g.op("Concat", ids_shape, g.const([count, head_dim]), axis=0))
+
+    q = g.op("Transpose", _rotate(g, heads("q_proj", n_head), angles, head_dim), perm=[0, 2, 1, 3])  # [B, h, T, hd]
+    q = g.op("Mul", q, g.const(head_dim ** -0.5, np.float32))
+    k = _rotate(g, heads("k_proj", n_kv), angles, head_dim)
+    v = g.op("Transpose", heads("v_proj", n_kv), perm=[0, 2, 1, 3])  # [B, kv, T, hd]
+    if cached:
+        g.op("Concat", PAST.format(i=i, kind="key"), g.op("Transpose", k, perm=[0, 2, 1, 3]), axis=2)
+        k = g.op("Transpose", g.rename_last(PRESENT.format(i=i, kind="key")), perm=[0, 1, 3, 2])  # [B, kv, hd, S]
+        g.op("Concat", PAST.format(i=i, kind="value"), v, axis=2)
+        v = g.rename_last(PRESENT.format(i=i, kind="value"))
+    else:
+        k = g.op("Transpose", k, perm=[0, 2, 3, 1])  # straight to [B, kv, hd, T]
+    if group > 1:  # a group's queries one after another: [B, kv, group*T, hd]
+        q = g.op("Reshape", q, g.const([0, n_kv, -1, head_dim]))
+    scores = g.op("MatMul", q, k)
+    if group > 1:
+        scores = g.op("Reshape", scores, g.const([0, n_head, -1, 0]))  # [B, h, T, S]
+    scores = g.op("Where", allowed, scores, g.const(MASKED_SCORE, np.float32))  # finite: no NaN for padding
+    att = g.op("Softmax", scores, axis=-1)
+    if group > 1:
+        att = g.op("Reshape", att, g.const([0, n_kv, -1, 0]))
+    y = g.op("MatMul", att, v)
+    if group > 1:
+        y = g.op("Reshape", y, g.const([0, n_head, -1, head_dim]))  # [B, h, T, hd]
+    y = g.op("Reshape", g.op("Transpose", y, perm=[0, 2, 1, 3]), g.const([-1, n_head * head_dim]))
+    return g.linear(y, f"{prefix}.o_proj", bias=False)
