@@ -12,7 +12,9 @@ import torch
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
-from ltsedge.exporters.genai import hf_config
+from ltsedge.exporters import export_model
+from ltsedge.exporters.genai import genai_config, hf_config
+from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from tests.conftest import tiny_arch
 from tests.helpers import genai_greedy, reference_tokens, run_ltsedge
@@ -121,9 +123,9 @@ def test_bad_weights_and_tokenizer_are_one_line_exit_2(tmp_path):
 
 
 def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
-    """GPT-2 and OPT models get their family's model_type and transformers' field names (Optimum loads
-    them: tests/test_runtimes.py), adaptive embeddings and PAR layers included; Transformer-XL and a model
-    without attention (no KV cache) keep ltsedge's own."""
+    """GPT-2, OPT and Llama models get their family's model_type and transformers' field names (Optimum loads
+    them: tests/test_runtimes.py), adaptive embeddings, PAR layers and grouped key/value heads included;
+    Transformer-XL and a model without attention (no KV cache) keep ltsedge's own."""
     gpt2 = hf_config(HETEROGENEOUS)
     assert (gpt2["model_type"], gpt2["architectures"]) == ("gpt2", ["GPT2LMHeadModel"])
     assert {k: gpt2[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")} == {
@@ -151,6 +153,25 @@ def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
         assert (config[count], config["ltsedge"]["n_layer"]) == (caches, arch.n_layer), name
         assert config["ltsedge"]["cache_layers"] == list(arch.attention_layers), name
         assert config["ltsedge"]["architecture"] == arch.to_dict(), name
+    # Llama: transformers' LlamaConfig names, the output layer's tying and layer 0's grouping; genai's llama type
+    # with the first cache's key/value heads and head size as the graph declares them.
+    llama_arch = tiny_arch(backbone="llama", n_head=[8, 4], n_kv_head=[2, 4], head_dim=16, tie_embeddings=False,
+                           rope_theta=100000)
+    llama = hf_config(llama_arch)
+    assert (llama["model_type"], llama["architectures"]) == ("llama", ["LlamaForCausalLM"])
+    assert {k: llama[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                  "head_dim", "intermediate_size", "max_position_embeddings", "rope_theta",
+                                  "rms_norm_eps", "tie_word_embeddings", "vocab_size")} == {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64, "rope_theta": 100000.0,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "vocab_size": 500}
+    assert llama["ltsedge"]["n_kv_head_per_layer"] == [2, 4] and "n_kv_head_per_layer" not in gpt2["ltsedge"]
+    spec = export_model(llama_arch, ExportOptions(variant="generate")).spec
+    genai = genai_config(llama_arch, spec, "model.onnx")["model"]
+    decoder = genai["decoder"]
+    assert genai["type"] == "llama"
+    assert {k: decoder[k] for k in ("num_attention_heads", "num_key_value_heads", "head_size", "hidden_size")} == {
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_size": 16, "hidden_size": 64}
     own = {"transfo_xl": tiny_arch(backbone="transfo_xl"),
            "PAR without attention": tiny_arch(block_types=["ffn", "ffn"])}
     for name, arch in own.items():

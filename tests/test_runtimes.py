@@ -1,6 +1,6 @@
-"""Bundles other runtimes load unchanged: Hugging Face Optimum's ``ORTModelForCausalLM`` reads a GPT-2 or
-OPT bundle's config.json as its own family's (PAR block types and adaptive embeddings included) and
-generates the tokens of a plain onnxruntime loop.
+"""Bundles other runtimes load unchanged: Hugging Face Optimum's ``ORTModelForCausalLM`` reads a GPT-2, OPT or
+Llama bundle's config.json as its own family's (PAR block types, adaptive embeddings and grouped key/value
+heads included) and generates the tokens of a plain onnxruntime loop.
 
 Installs nothing: skipped where Optimum is not importable. CI installs it with
 ``pip install "optimum[onnxruntime]" transformers torch==<the installed torch>`` (the pin keeps pip from
@@ -45,7 +45,12 @@ ARCHS = {
     "opt PAR": (arch("opt", n_layer=3, block_types=["attn_ffn", "ffn", "attn"]), "opt", 2),
     # Adaptive embeddings: inside the graph; nothing Optimum reads differs from a plain GPT-2's.
     "gpt2 adaptive embedding": (arch(d_embed=32, div_val=2), "gpt2", 2),
+    # Grouped key/value heads, the same in every layer (Optimum sizes every cache from num_key_value_heads and
+    # takes the head size as hidden_size / num_attention_heads), tied and untied output layers.
+    "llama GQA": (arch("llama", n_kv_head=[2, 2], rope_theta=100000), "llama", 2),
+    "llama untied": (arch("llama", tie_embeddings=False), "llama", 2),
 }
+FFN_FIELD = {"gpt2": "n_inner", "opt": "ffn_dim", "llama": "intermediate_size"}  # transformers' names
 
 def full_recompute_greedy(model_file, prompt: list[int], steps: int) -> list[int]:
     """Greedy tokens from plain onnxruntime: the whole sequence fed at every step, the caches empty."""
@@ -74,7 +79,7 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     read = AutoConfig.from_pretrained(bundle)  # transformers' own reading of the field names
     assert (read.hidden_size, read.num_hidden_layers, read.num_attention_heads, read.vocab_size) == (64, caches, 4, 300)
     assert config["ltsedge"]["n_layer"] == arch.n_layer
-    assert (read.n_inner if family == "gpt2" else read.ffn_dim) == 128  # layer 0's
+    assert getattr(read, FFN_FIELD[family]) == 128  # layer 0's
 
     expected = full_recompute_greedy(bundle / "model.onnx", PROMPT, STEPS)
     assert len(set(expected)) > 3  # varied tokens: a model repeating one token would prove little

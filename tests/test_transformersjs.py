@@ -1,4 +1,4 @@
-"""Bundles transformers.js (Node) loads unchanged: examples/generate.mjs reads a GPT-2, OPT, per-layer-heads,
+"""Bundles transformers.js (Node) loads unchanged: examples/generate.mjs reads a GPT-2, OPT, Llama, per-layer-heads,
 PAR or adaptive-embedding bundle as `ltsedge export --variant generate` writes it and generates the tokens
 of a plain onnxruntime loop, batch 1 and batch 2 left-padded, with the empty caches it sizes itself and
 with transformers.js's own.
@@ -64,6 +64,12 @@ BUNDLES = {
     "PAR gpt2, first layer FFN-only": (arch(n_head=(4, 4, 4), block_types=["ffn", "attn_ffn", "attn"]), None),
     "PAR opt": (arch("opt", block_types=["attn_ffn", "attn"]), None),
     "adaptive gpt2": (arch(d_embed=32, div_val=2), None),
+    # Grouped key/value heads: transformers.js reads num_key_value_heads and head_dim, and each cache's static
+    # heads and head size from the ONNX input, so per-layer key/value heads and a head size of the model's own
+    # (attention 64, 128 and 32 wide) load too.
+    "llama GQA": (arch("llama", n_kv_head=(2, 2), rope_theta=100000), None),
+    "llama per-layer key/value heads, untied": (arch("llama", n_head=(4, 8, 2), n_kv_head=(2, 2, 1), head_dim=16,
+                                                     tie_embeddings=False), None),
 }
 
 
@@ -129,7 +135,8 @@ def test_transformersjs_generates_the_reference_tokens_from_the_bundle_as_writte
     assert generated(two)["ids"] == expected  # the padding changes no row's tokens
 
 
-@pytest.mark.parametrize("name", ["gpt2", "opt", "gpt2 heads 2/8/4, per-layer cache"])
+@pytest.mark.parametrize("name", ["gpt2", "opt", "gpt2 heads 2/8/4, per-layer cache",
+                                  "llama per-layer key/value heads, untied"])
 def test_transformersjs_own_empty_caches_also_generate_the_reference_tokens(tmp_path, name):
     """--stock-cache: generate() as a plain app calls it. transformers.js sizes an empty cache's symbolic axes
     by name and knows the batch axis only as `batch_size`: ltsedge's `batch` gets 0 rows, which onnxruntime's
