@@ -126,6 +126,80 @@ def front(result) -> list[str]:
     return sorted(c.arch.id for c in pareto_front(result.candidates, result.budgets))
 
 
+def settling(out: Path, store: Path, log: list | None = None):
+    """A smoke search whose end settles a full round (8 predictions measured): what a re-run must not redo."""
+    opts = SearchOptions(preset="smoke", generations=3, population=8, seed=SEED, baseline=False, quiet=True,
+                         out=out, store_path=store)
+    settings, profile = resolve(opts)
+    with MeasurementStore(store) as s:
+        return SearchRun(settings, profile, out, s, log=(log.append if log is not None else lambda m: None)).run()
+
+
+def published_figures(out: Path) -> list[tuple]:
+    return [(m["id"], m["latency_ms"], m["peak_memory_mb"], m["sha256"])
+            for m in json.loads((out / "frontier.json").read_text())["models"]]
+
+
+@pytest.fixture
+def measured_paths(monkeypatch) -> list:
+    """Every model file a Runner measures from now on."""
+    from ltsedge.runners.runner import Runner
+
+    paths: list = []
+    real = Runner.measure_many
+
+    def counting(self, models, *args, **kwargs):
+        paths.extend(models)
+        return real(self, models, *args, **kwargs)
+
+    monkeypatch.setattr(Runner, "measure_many", counting)
+    return paths
+
+
+@pytest.mark.slow
+def test_a_rerun_of_a_finished_search_measures_nothing_and_publishes_the_same_front(tmp_path, measured_paths):
+    """Each re-run settled another round and re-measured the front: 11, 19, then 21 candidates measured,
+    5, 7, then 8 models published by the same finished search."""
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    settling(out, store)
+    assert sum(r["source"] == "settled" for r in records(out)) > 0  # the round this test is about happened
+    log_before, published_before = records(out), published_figures(out)
+    measured_paths.clear()
+    for _ in range(2):
+        settling(out, store)
+        assert measured_paths == []
+        assert records(out) == log_before and published_figures(out) == published_before
+        publish = json.loads((out / "search.json").read_text())["publish"]
+        assert publish["reused"] == publish["thinned"] + publish["strict"]  # every figure taken, none measured
+
+
+@pytest.mark.slow
+def test_a_search_killed_while_publishing_measures_only_what_it_had_not(tmp_path, monkeypatch, measured_paths):
+    import ltsedge.search.finish as finish_module
+
+    out, store = tmp_path / "out", tmp_path / "s.sqlite"
+    real_undecided = finish_module.undecided
+
+    def killed(*args, **kwargs):  # after every front model's first re-measurement
+        raise Killed
+
+    monkeypatch.setattr(finish_module, "undecided", killed)
+    with pytest.raises(Killed):
+        settling(out, store)
+    settled = records(out)
+    assert not (out / "frontier.json").exists()
+
+    monkeypatch.setattr(finish_module, "undecided", real_undecided)
+    measured_paths.clear()
+    settling(out, store)
+    assert records(out) == settled  # no second settling round
+    publish = json.loads((out / "search.json").read_text())["publish"]
+    assert publish["reused"] == publish["thinned"]  # every first re-measurement taken from before the kill
+    assert len(measured_paths) == publish["strict"]  # only the undecided ones, strictly, were measured
+    assert all(m["remeasured"] in ("profile", "strict")
+               for m in json.loads((out / "frontier.json").read_text())["models"])
+
+
 # --- 3. damaged files in --out: one line, exit 2 ---------------------------------------------------
 def _ragged_population(out: Path) -> None:
     data = json.loads((out / "checkpoint.json").read_text())

@@ -53,6 +53,9 @@ class SearchState:
     hv_scale: dict | None = None
     elapsed: float = 0.0
     calibration: dict | None = None  # the reference model's calibration this run measures against
+    # The end-of-search settling round (evaluate.settle_front) is done: a re-run settles nothing more, so
+    # it publishes the front the first run would have (a checkpoint without it: not yet settled).
+    settled: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +114,8 @@ def _search_state(saved: dict) -> SearchState:
     if not (isinstance(state.hv_history, list) and all(isinstance(r, dict) for r in state.hv_history)
             and isinstance(state.hv_scale, (dict, type(None))) and isinstance(state.elapsed, (int, float))):
         raise ValueError("the run's hypervolume history, scale or elapsed time is malformed")
+    if not isinstance(state.settled, bool):
+        raise ValueError(f"settled {state.settled!r} is not true or false")
     return state
 
 
@@ -166,10 +171,11 @@ def _number(value) -> bool:
 # The candidate log
 # ---------------------------------------------------------------------------------------------
 class CandidateLog:
-    """Append-only JSON lines: a header naming the run, then one record per evaluated candidate."""
+    """Append-only JSON lines: a header naming the run, then one record per evaluated candidate (or, under
+    another ``name``, per figure publishing took: ``publish_log.py``)."""
 
-    def __init__(self, out_dir: Path, identity: str):
-        self.path = out_dir / CANDIDATE_LOG
+    def __init__(self, out_dir: Path, identity: str, name: str = CANDIDATE_LOG):
+        self.path = out_dir / name
         self.identity = identity
 
     def records(self) -> list[dict]:

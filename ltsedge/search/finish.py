@@ -15,16 +15,19 @@ pass cost is kept (``PublishCost``) and reported apart from the search's own tim
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ltsedge.devices import DeviceProfile, strict
+from ltsedge.proxy import count_params
 from ltsedge.search.baseline import baseline_architectures, compare, comparison_anchors, seeds_in_space
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
+from ltsedge.workloads import WORKLOADS
 from ltsedge.search.pareto import thin
 from ltsedge.search.outdir import OutputDir
+from ltsedge.search.publish_log import PublishLog, baseline_key, remeasured_key
 
 
 @dataclass
@@ -34,6 +37,7 @@ class PublishCost:
     contenders: int = 0  # seeded baseline models off the search's front, re-measured beside it
     published: int = 0  # models the re-measured front holds
     strict: int = 0  # of the front, measured again strictly (undecided at the profile's policy)
+    reused: int = 0  # figures taken from an earlier run's publishing (publish_log.py), not measured now
     resolution: float = 0.0
     export_seconds: float = 0.0
     remeasure_seconds: float = 0.0  # every model kept, at the profile's policy
@@ -52,8 +56,11 @@ class Finished:
 
 
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
-           runner_factory, log, with_baseline: bool = True, evaluated: list[Candidate] = ()) -> Finished:
-    """Publish ``front``; ``evaluated`` (every candidate of the search) holds the seeded baseline models."""
+           runner_factory, log, with_baseline: bool = True, evaluated: list[Candidate] = (),
+           published: PublishLog | None = None) -> Finished:
+    """Publish ``front``; ``evaluated`` (every candidate of the search) holds the seeded baseline models.
+    ``published``: the figures an earlier run of this search took here (taken instead of measuring) and
+    where this run's go (``publish_log.py``; None: every figure measured now, none kept)."""
     seeded = {a.id for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
         if settings.baseline is not None else set()
     anchors = comparison_anchors(settings.baseline, settings.space, front) \
@@ -65,28 +72,47 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     written = write_frontier(kept + contenders, outdir, settings.export_options,
                              execution_provider=profile.execution_provider)
     cost.export_seconds, clock = time.perf_counter() - clock, time.perf_counter()
-    with runner_factory(profile, log=log) as runner:
-        fresh = remeasure(written, runner, settings.objective, "profile", log=log)
+    before = published.taken if published is not None else 0
+    fresh = _remeasured(written, profile, "profile", runner_factory, settings.objective, log, published)
     cost.remeasure_seconds, clock = time.perf_counter() - clock, time.perf_counter()
     doubtful = undecided(fresh, settings.budgets, settings.objective)
     cost.strict = len(doubtful)
-    again = {}
-    if doubtful:  # no strict runner (and no strict time) when every verdict was decided
-        with runner_factory(strict(profile), log=log) as runner:
-            again = {p.candidate.arch.id: p for p in remeasure([p for p in fresh if p.candidate.arch.id in doubtful],
-                                                               runner, settings.objective, "strict", log=log)}
-        cost.strict_seconds = time.perf_counter() - clock
+    again = {p.candidate.arch.id: p for p in _remeasured([p for p in fresh if p.candidate.arch.id in doubtful],
+                                                         strict(profile), "strict", runner_factory,
+                                                         settings.objective, log, published)}
+    cost.strict_seconds = time.perf_counter() - clock if doubtful else 0.0
     final = [again.get(p.candidate.arch.id, p) for p in fresh]
-    published = keep_front(final, outdir, settings.budgets)
+    front_models = keep_front(final, outdir, settings.budgets)
     clock = time.perf_counter()
     baseline: list[Candidate] = []
     if with_baseline and settings.baseline is not None:
-        with runner_factory(profile, log=log) as runner:
-            fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded]
-            baseline = _baseline(settings, profile, runner, store, outdir, published, fresh_seeds)
+        fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded]
+        baseline = _baseline(settings, profile, runner_factory, log, store, outdir, front_models, fresh_seeds,
+                             published)
     cost.baseline_seconds = time.perf_counter() - clock
-    cost.published = len(published)
-    return Finished(published, compare(baseline, [p.candidate for p in published]), cost)
+    cost.published = len(front_models)
+    cost.reused = published.taken - before if published is not None else 0
+    return Finished(front_models, compare(baseline, [p.candidate for p in front_models]), cost)
+
+
+def _remeasured(models: list[PublishedModel], profile: DeviceProfile, policy: str, runner_factory, objective: str,
+                log, published: PublishLog | None) -> list[PublishedModel]:
+    """``frontier.remeasure`` at ``profile`` (named ``policy``) of the models ``published`` holds no figure of
+    at that policy (no runner where it holds them all); the others take that figure. A model whose
+    measurement failed keeps its earlier figures, and is not recorded: the next run measures it again."""
+    todo = [p for p in models if published is None or published.figure(remeasured_key(policy, p.sha256)) is None]
+    measured = {}
+    if todo:
+        with runner_factory(profile, log=log) as runner:
+            for p in remeasure(todo, runner, objective, policy, log=log):
+                measured[p.candidate.arch.id] = p
+                m = p.candidate.measurement
+                if published is not None and m.final_measurement_error is None:
+                    published.add(remeasured_key(policy, p.sha256), m)
+    return [measured.get(p.candidate.arch.id) or replace(p, candidate=replace(
+                p.candidate, measurement=published.take(remeasured_key(policy, p.sha256)), source="final"),
+                remeasured=policy)
+            for p in models]
 
 
 def _contenders(evaluated: list[Candidate], ids: set[str], budgets: Budgets) -> list[Candidate]:
@@ -95,18 +121,31 @@ def _contenders(evaluated: list[Candidate], ids: set[str], budgets: Budgets) -> 
             and not budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb)]
 
 
-def _baseline(settings, profile: DeviceProfile, runner, store, outdir: OutputDir,
-              published: list[PublishedModel], fresh_seeds: list[Candidate]) -> list[Candidate]:
+def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outdir: OutputDir,
+              front: list[PublishedModel], fresh_seeds: list[Candidate], published: PublishLog | None
+              ) -> list[Candidate]:
     """The layer-scaled baseline. Where the search started from a baseline model, that model's figure
     from publishing (re-measured beside the front, in the space's cheapest embedding); every other one
     measured afresh (never from the store), with the embedding settings of the frontier model it is
     compared with, as the front was re-measured: the objective's workload at the profile's policy, the
     others coarsely: only the objective is compared, and in a decode search the prefill timed in full
-    was most of the baseline's time."""
-    evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
-                                   fresh=True, objective=settings.objective, coarse_others=True)
+    was most of the baseline's time. A figure ``published`` holds (an earlier run of this search took it)
+    is taken instead of measuring."""
     seeds = {c.arch.n_layer: c for c in fresh_seeds}
-    archs = [a for a in baseline_architectures(settings.baseline, settings.space, [p.candidate for p in published])
+    archs = [a for a in baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front])
              if a.n_layer not in seeds]
-    measured = {c.arch.n_layer: c for c in evaluator.evaluate(archs, generation=-1)}
-    return [seeds.get(n) or measured[n] for n in settings.baseline.layers]
+    figure = WORKLOADS[settings.objective].figure
+    for arch in archs:
+        m = published.take(baseline_key(arch.id)) if published is not None else None
+        if m is not None:
+            seeds[arch.n_layer] = Candidate(arch, count_params(arch), m, "measured", -1, figure)
+    todo = [a for a in archs if a.n_layer not in seeds]
+    if todo:
+        with runner_factory(profile, log=log) as runner:
+            evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
+                                           fresh=True, objective=settings.objective, coarse_others=True)
+            for c in evaluator.evaluate(todo, generation=-1):
+                seeds[c.arch.n_layer] = c
+                if published is not None and c.ok:
+                    published.add(baseline_key(c.arch.id), c.measurement)
+    return [seeds[n] for n in settings.baseline.layers]

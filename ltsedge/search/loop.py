@@ -49,6 +49,7 @@ from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel
 from ltsedge.search.pareto import pareto_front
 from ltsedge.search.outdir import SCRATCH, OutputDir
+from ltsedge.search.publish_log import PUBLISH_LOG, PublishLog
 from ltsedge.search.problem import ArchitectureProblem, make_operators
 from ltsedge.search.screening import Screen, screening_summary
 from ltsedge.search.settings import SearchSettings
@@ -120,7 +121,7 @@ class SearchRun:
                 self.progress.start()
             try:
                 self._evolve(algorithm, evaluator, identity, started)
-                evaluator.settle_front(limit=self.settings.population, margin=self.settings.resolution)
+                self._settle(algorithm, evaluator, identity)
             except KeyboardInterrupt as e:
                 interrupted = True
                 what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
@@ -131,7 +132,8 @@ class SearchRun:
         publish_started = time.time()
         finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
                           outdir, runner_factory=self._pinned_factory(runner.calibrate()), log=self.log,
-                          with_baseline=not interrupted, evaluated=candidates)
+                          with_baseline=not interrupted, evaluated=candidates,
+                          published=None if self.fresh else PublishLog(self.out_dir, identity))
         summary = self._summary(evaluator, len(finished.frontier), started, interrupted)
         summary["publish_seconds"] = time.time() - publish_started  # files, re-measurement, baseline
         summary["publish"] = finished.cost.to_dict()  # what each pass of publishing measured and cost
@@ -156,7 +158,7 @@ class SearchRun:
         for rel in outdir.files_under(SCRATCH):
             outdir.remove(rel)
         if self.restart:
-            for name in (CHECKPOINT, CANDIDATE_LOG):
+            for name in (CHECKPOINT, CANDIDATE_LOG, PUBLISH_LOG):
                 outdir.remove(name)
 
     # --- evolution -----------------------------------------------------------------------------
@@ -194,6 +196,17 @@ class SearchRun:
             algorithm.tell(infills=pop)  # -> GenerationCallback: hypervolume, front size, progress
             self.state.elapsed = self.elapsed_before + time.time() - started
             save_checkpoint(self.out_dir, identity, algorithm, self.state)  # the generation is complete
+
+    def _settle(self, algorithm: NSGA2, evaluator: CandidateEvaluator, identity: str) -> None:
+        """The settling round, once per search: a re-run of a finished search settles nothing more (each
+        re-run settled another round, and published another front); one killed while settling goes on
+        with what was left of its round."""
+        if self.state.settled:
+            return
+        done = sum(c.source == "settled" for c in evaluator.candidates())
+        evaluator.settle_front(limit=max(0, self.settings.population - done), margin=self.settings.resolution)
+        self.state.settled = True
+        save_checkpoint(self.out_dir, identity, algorithm, self.state)
 
     def _calibrate(self, runner: MeasuringRunner, identity: str) -> None:
         """The run's scale of milliseconds: the machine's pinned calibration (from the store); a resumed run

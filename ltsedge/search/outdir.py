@@ -25,7 +25,7 @@ from ltsedge.files import check_writable, write_atomically
 MANIFEST = ".ltsedge-manifest.json"
 LOCK = ".ltsedge.lock"
 OUTPUTS = ("frontier.json", "frontier.csv", "candidates.csv", "baseline.csv", "search.json", "checkpoint.json",
-           "candidates.jsonl")
+           "candidates.jsonl", "published.jsonl")
 MODELS, SCRATCH, REPORT = "models", ".scratch", "report"
 OWNED_DIRS = (MODELS, SCRATCH, REPORT)  # everything below them is written by the search
 

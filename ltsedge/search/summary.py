@@ -44,7 +44,9 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
             kept += f" and {publish['contenders']} baseline models the search started from"
         console.print(f"publishing: {kept} re-measured from their files, "
                       f"{publish['strict']} undecided ones again strictly, {publish['published']} published "
-                      f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)")
+                      f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)"
+                      + (f"; {publish['reused']} of these figures as an earlier run of this search took them"
+                         if publish.get("reused") else ""))
     objective = s["settings"].get("objective", "forward")
     model = s.get("cost_model") or {}
     checked = [f"{name} {model[name]['median_error']:.1%} (interval held {model[name]['interval_coverage']:.0%})"
