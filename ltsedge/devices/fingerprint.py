@@ -19,7 +19,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -261,10 +260,3 @@ def _onnxruntime_version() -> str | None:
         return onnxruntime.__version__
     except Exception:  # noqa: BLE001
         return None
-
-
-if __name__ == "__main__":  # quick look: python -m ltsedge.devices.fingerprint
-    from ltsedge.devices.sensors import Sensors
-
-    json.dump({**machine_fingerprint(), **Sensors().read()}, sys.stdout, indent=2)
-    print()

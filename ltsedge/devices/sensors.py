@@ -82,3 +82,13 @@ class Sensors:
 
     def temperature_c(self) -> float | None:
         return read_temperature_c(self.root)
+
+
+if __name__ == "__main__":  # a quick look at this machine: python -m ltsedge.devices.sensors
+    import json
+    import sys
+
+    from ltsedge.devices.fingerprint import machine_fingerprint
+
+    json.dump({**machine_fingerprint(), **Sensors().read()}, sys.stdout, indent=2)
+    print()
