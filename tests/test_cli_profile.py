@@ -41,6 +41,7 @@ def test_profile_of_an_onnx_file_prints_a_table(tmp_path, arch_file, device):
     proc = run_ltsedge("profile", model, "--device", device, "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert "latency (median)" in proc.stdout and "peak memory" in proc.stdout
+    assert "│ variant " in proc.stdout and "forward, fp32" in proc.stdout  # predict and search default to generate
 
 
 def test_a_model_that_cannot_be_measured_exits_1_with_its_reason(tmp_path, device):

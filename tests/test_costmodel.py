@@ -414,6 +414,7 @@ def test_predict_needs_a_cost_model_then_gives_figures_with_intervals(tmp_path):
                                  n_positions=64).to_json())
     outside = ltsedge_cli("predict", near, "--preset", "smoke", "--store", store)
     assert outside.returncode == 0 and "extrapolates" in outside.stderr and "peak memory" in outside.stdout
+    assert "(generate variant)" in outside.stdout  # profile ARCH.json's default is forward: each says which
     huge = tmp_path / "huge.json"  # far outside it: no figures
     huge.write_text(Architecture(n_layer=8, d_model=256, n_head=[4] * 8, d_inner=[1024] * 8, vocab_size=512,
                                  n_positions=64).to_json())

@@ -42,8 +42,8 @@ def predict(
     if result["extrapolated"]:
         typer.echo("warning: outside the range of the architectures the cost model was fitted on: it extrapolates "
                    "(intervals widened)", err=True)
-    typer.echo(f"{result['id']}  predicted from {result['samples']} measured architectures "
-               f"({result['coverage']:.0%} intervals)")
+    typer.echo(f"{result['id']} ({result['variant']} variant)  predicted from {result['samples']} measured "
+               f"architectures ({result['coverage']:.0%} intervals)")
     for name, w in result["workloads"].items():
         typer.echo(f"  {name + ' latency':<18} {w['latency_ms']:10.3f} ms   [{w['latency_low_ms']:.3f}, "
                    f"{w['latency_high_ms']:.3f}]")

@@ -81,6 +81,9 @@ def _print_profile(r: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"{r['model']} on {r['device']}", show_header=False)
+    # Which export was measured: profile ARCH.json times the forward pass unless --variant generate, where
+    # search and predict default to a generate model's decode step.
+    table.add_row("variant", f"{r.get('variant') or 'forward'}" + (f", {r['precision']}" if r.get("precision") else ""))
     if not r["ok"]:
         table.add_row("error", str(r["error"]))
     else:
