@@ -24,8 +24,7 @@ def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[C
     the frontier model it will be compared with (without one: the front's largest model's, else plain)."""
     archs = []
     for n in spec.layers:
-        arch = Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
-                            vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
+        arch = spec.architecture(n, space)
         match = best_match(arch, front) or (max(front, key=lambda f: f.params.decoder_params) if front else None)
         if match is not None and match.arch.adaptive:
             arch = Architecture.from_dict({**arch.to_dict(), "d_embed": match.arch.d_embed,
@@ -41,8 +40,7 @@ def seeds_in_space(spec: BaselineSpec, space: SearchSpace, limit: int) -> list[A
     improve on them."""
     found = []
     for n in spec.layers:
-        plain = Architecture(n_layer=n, d_model=spec.d_model, n_head=[spec.n_head] * n, d_inner=[spec.d_inner] * n,
-                             vocab_size=space.vocab_size, n_positions=space.n_positions, backbone=space.backbone)
+        plain = spec.architecture(n, space)
         variants = [plain] + [_with_embedding(plain, d, k) for d in space.d_embed or () for k in space.div_val]
         held = [a for a in variants if a is not None and space.contains(a)]
         if held:
