@@ -13,7 +13,7 @@ cost model (``ltsedge.costmodel``) learns from this machine's figures of known a
 the machine's pinned calibration of the reference model per (fingerprint_hash, settings_hash,
 ort_version) of its runtime settings (``ltsedge.runners.policy.PinnedCalibration``).
 
-The file's schema, its migrations and sqlite3's errors on it are ``store_sqlite.py``.
+How the file is opened, its schema, its migrations and sqlite3's errors on it are ``store_sqlite.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ltsedge import __version__, store_sqlite
+from ltsedge import __version__
 from ltsedge.cache import cache_dir
 from ltsedge.errors import LtsedgeError
-from ltsedge.store_sqlite import KEY_COLUMNS, UPSERT, init_schema, sqlite_errors
+from ltsedge.store_sqlite import KEY_COLUMNS, UPSERT, connect, connect_read_only, sqlite_errors
 from ltsedge.validate import reject_unknown
 
 ENV_VAR = "LTSEDGE_STORE"
@@ -47,7 +47,9 @@ def default_store_path() -> Path:
 class MeasurementStore:
     """A SQLite file of measurements. Use as a context manager, or call close()."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+        """``read_only``: for a command that only reads (``predict``): nothing is created, locked or written,
+        so a store on a read-only mount serves; one not made yet reads as empty."""
         explicit = path is not None or bool(os.environ.get(ENV_VAR))
         self.path = Path(path).expanduser() if path is not None else default_store_path()
         self._conn: sqlite3.Connection | None = None
@@ -55,19 +57,10 @@ class MeasurementStore:
             if not self.path.parent.is_dir():
                 raise LtsedgeError(f"the directory of the measurement store {self.path} does not exist; "
                                    f"create it, or pass another --store")
-        else:
+        elif not read_only:
             _make_parent(self.path)
-        try:
-            with sqlite_errors(self.path):
-                # Autocommit: every write is one statement, so no transaction is held while measuring.
-                self._conn = sqlite3.connect(self.path, timeout=store_sqlite.BUSY_TIMEOUT_S, isolation_level=None)
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                # Safe under WAL (a power cut may lose the last rows, never corrupt) and much faster.
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-                init_schema(self._db, self.path)
-        except BaseException:
-            self.close()
-            raise
+        with sqlite_errors(self.path):
+            self._conn = connect_read_only(self.path) if read_only else connect(self.path)
 
     def get(
         self,

@@ -38,7 +38,7 @@ def predict(arch: Architecture, setting: Setting, store_path: Path | None = None
     ``MAX_REACH`` times the fitted range."""
     setting = replace(setting, backbone=arch.backbone)  # a preset of another backbone is refused here
     profile, _, variant = setting.resolve()
-    with MeasurementStore(store_path) as store:
+    with MeasurementStore(store_path, read_only=True) as store:
         model = CostModel(setting.samples(store, arch), profile, variant)
         elsewhere = [] if model.ready else settings_with_a_model(store, arch, setting)
     if not model.ready:
