@@ -17,6 +17,12 @@ first choice, so one model has one architecture. ``par_rules`` adds the PAR stud
 attention only in the first two thirds of the layers, at most one attention layer per five layers
 (rounded up), at least one.
 
+Grouped heads and head size (optional, for a backbone that declares the architecture fields
+``n_kv_head``, ``head_dim``, ``tie_embeddings``): one more gene per layer for its key/value heads, then
+one gene for the head size and one for the tied output layer, appended last, so spaces without them
+encode as before. A layer's key/value-head gene decodes to the largest choice at most its value that
+divides the layer's query heads (else the smallest that does): every vector is a valid architecture.
+
 Here: the space's ranges and checks, its integer encoding and repair (``decode``/``encode``), sampling,
 and its description. Counting its size (exactly, and in logarithms for spaces of 10^40000
 architectures) is ``space_size.py``, which counts what ``decode`` can produce; reading a space's TOML
@@ -44,6 +50,7 @@ from ltsedge.space_file import parse_value
 from ltsedge.validate import reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
+FAMILY_GENES = ("n_kv_head", "head_dim", "tie_embeddings")  # architecture.FAMILY_FIELDS a space may vary
 MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 genes per layer
 EXACT_SIZE_DIGITS = 40  # describe() counts the size exactly below 10^this (the CLI prints it in full)
 
@@ -64,15 +71,20 @@ class SearchSpace:
     mem_len: int | None = None  # recurrence memory of every architecture (None: the backbone's default)
     block_types: tuple[str, ...] = ()  # per-layer block-type choices (PAR); () = every layer standard
     par_rules: bool = False  # repair block types by the PAR study's rules
+    # Fields some backbones have (Backbone.architecture_fields); () = no such gene, the architecture's default:
+    n_kv_head: tuple[int, ...] = ()  # per layer key/value heads: of these, the ones dividing the layer's n_head
+    head_dim: tuple[int, ...] = ()  # one head size per architecture (() = each layer's d_model / n_head)
+    tie_embeddings: tuple[bool, ...] = ()  # the output layer tied to the token embedding, or its own
     source: str = field(default="default", compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val"):
+        for name in ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", *FAMILY_GENES):
             values = getattr(self, name)
-            if not values and name != "d_embed":
+            if not values and name not in ("d_embed", *FAMILY_GENES):
                 raise LtsedgeError(f"search space: {name} has no choices")
             object.__setattr__(self, name, tuple(sorted(set(values))))
         self._check_block_types()
+        self._check_family_genes()
         if self.max_layers > MAX_LAYERS:
             raise LtsedgeError(f"search space: n_layer {self.max_layers} is over the {MAX_LAYERS:,} layers an "
                                f"architecture of a search may have")
@@ -82,9 +94,10 @@ class SearchSpace:
                     f"search space: no d_inner choice is >= {self.d_inner_min_ratio} x d_model = {d} "
                     f"(d_inner max is {max(self.d_inner)})"
                 )
-            bad = [h for h in self.n_head if d % h]
+            bad = [h for h in self.n_head if d % h] if not self.head_dim else []
             if bad:
                 raise LtsedgeError(f"search space: n_head {bad[0]} does not divide d_model {d}")
+        self._check_head_sizes()
         # Build one architecture per extreme to surface invalid fixed fields (vocab, cutoffs) now.
         self.decode(np.zeros(self.n_genes, dtype=int))
         self.decode(np.array(self.upper_bounds))
@@ -98,6 +111,40 @@ class SearchSpace:
             raise LtsedgeError("search space: par_rules need the block type 'ffn' among block_types")
         if self.par_rules and self.block_types == ("ffn",):
             raise LtsedgeError("search space: par_rules need a block type with attention among block_types")
+
+    def _check_family_genes(self) -> None:
+        fields_ = get_backbone(self.backbone).architecture_fields
+        for name in FAMILY_GENES:
+            if getattr(self, name) and name not in fields_:
+                raise LtsedgeError(f"search space: {name} is not a field of backbone {self.backbone}")
+        if self.n_kv_head:
+            for h in self.n_head:
+                if not self.kv_choices(h):
+                    raise LtsedgeError(f"search space: no n_kv_head choice divides n_head {h} (query heads share "
+                                       f"key/value heads in equal groups; 1 divides every n_head)")
+
+    def _check_head_sizes(self) -> None:
+        """One architecture per head size the space makes, so a backbone's rule on it (e.g. Llama's even
+        rotary pairs) is refused with the space, not mid-search."""
+        x = np.zeros(self.n_genes, dtype=int)
+        if self.head_dim:
+            for i in range(len(self.head_dim)):
+                x[self._tail_gene("head_dim")] = i
+                self._checked(x, "")
+            return
+        sizes = {}
+        for i, d in enumerate(self.d_model):
+            for j, h in enumerate(self.n_head):
+                sizes.setdefault(d // h, (i, j))
+        for size, (i, j) in sizes.items():
+            x[1], x[self._layer_genes("n_head", self.max_layers)] = i, j
+            self._checked(x, f"d_model {self.d_model[i]} / n_head {self.n_head[j]} = {size}: ")
+
+    def _checked(self, x, where: str) -> None:
+        try:
+            self.decode(x)
+        except LtsedgeError as e:
+            raise LtsedgeError(f"search space: {where}{e}") from None
 
     @classmethod
     def default(cls, backbone: str = "gpt2", **changes: Any) -> SearchSpace:
@@ -116,6 +163,10 @@ class SearchSpace:
     def d_inner_choices(self, d_model: int) -> tuple[int, ...]:
         return self.d_inner[len(self.d_inner) - self._n_inner(d_model):]
 
+    def kv_choices(self, n_head: int) -> tuple[int, ...]:
+        """The key/value-head choices of a layer of ``n_head`` query heads (() where the space has none)."""
+        return tuple(kv for kv in self.n_kv_head if n_head % kv == 0)
+
     def _n_inner(self, d_model: int) -> int:
         """How many d_inner choices d_model allows (d_inner is sorted)."""
         return len(self.d_inner) - bisect.bisect_left(self.d_inner, self.d_inner_min_ratio * d_model)
@@ -130,30 +181,43 @@ class SearchSpace:
 
     # --- encoding ------------------------------------------------------------------------------
     @property
+    def layer_genes(self) -> tuple[str, ...]:
+        """The fields with a gene per layer, in the order of the encoding (the optional ones last)."""
+        return ("n_head", "d_inner", *(name for name in ("block_types", "n_kv_head") if getattr(self, name)))
+
+    @property
+    def tail_genes(self) -> tuple[str, ...]:
+        """The optional fields with one gene, after every layer's."""
+        return tuple(name for name in ("head_dim", "tie_embeddings") if getattr(self, name))
+
+    @property
     def n_genes(self) -> int:
-        return N_GLOBAL_GENES + (3 if self.block_types else 2) * self.max_layers
+        return N_GLOBAL_GENES + len(self.layer_genes) * self.max_layers + len(self.tail_genes)
 
     @property
     def upper_bounds(self) -> list[int]:
-        L = self.max_layers
         globals_ = [len(self.n_layer), len(self.d_model), len(self.d_embed_choices), len(self.div_val)]
-        bounds = [n - 1 for n in globals_] + [len(self.n_head) - 1] * L + [len(self.d_inner) - 1] * L
-        return bounds + [len(self.block_types) - 1] * L if self.block_types else bounds
+        per_layer = [len(getattr(self, name)) for name in self.layer_genes]
+        tail = [len(getattr(self, name)) for name in self.tail_genes]
+        return [n - 1 for n in globals_ + [n for n in per_layer for _ in range(self.max_layers)] + tail]
 
-    def _layer_genes(self, which: int, n_layer: int) -> slice:
-        """The genes of the first ``n_layer`` layers: 0 = n_head, 1 = d_inner, 2 = block type."""
-        start = N_GLOBAL_GENES + which * self.max_layers
+    def _layer_genes(self, name: str, n_layer: int) -> slice:
+        """The genes of ``name`` (one of ``layer_genes``) of the first ``n_layer`` layers."""
+        start = N_GLOBAL_GENES + self.layer_genes.index(name) * self.max_layers
         return slice(start, start + n_layer)
+
+    def _tail_gene(self, name: str) -> int:
+        return N_GLOBAL_GENES + len(self.layer_genes) * self.max_layers + self.tail_genes.index(name)
 
     def decode(self, x) -> Architecture:
         """Any integer vector within the bounds -> a valid architecture (this is the repair)."""
         g = [int(round(v)) for v in x]
         g = np.array([min(max(v, 0), hi) for v, hi in zip(g, self.upper_bounds)])
         n_layer, d_model = self.n_layer[g[0]], self.d_model[g[1]]
-        heads = [self.n_head[i] for i in g[self._layer_genes(0, n_layer)]]
+        heads = [self.n_head[i] for i in g[self._layer_genes("n_head", n_layer)]]
         lowest = self.d_inner_choices(d_model)[0]
-        inner = [max(self.d_inner[i], lowest) for i in g[self._layer_genes(1, n_layer)]]
-        types = [self.block_types[i] for i in g[self._layer_genes(2, n_layer)]] if self.block_types else []
+        inner = [max(self.d_inner[i], lowest) for i in g[self._layer_genes("d_inner", n_layer)]]
+        types = [self.block_types[i] for i in g[self._layer_genes("block_types", n_layer)]] if self.block_types else []
         if self.par_rules:
             types = self._par_repair(types)
         for i, t in enumerate(types):  # genes a block type does not use: the first choice
@@ -161,8 +225,22 @@ class SearchSpace:
                 heads[i] = self.n_head[0]
             elif t == "attn":
                 inner[i] = lowest
+        kv = []
+        if self.n_kv_head:  # a layer without attention: the first choice, as for its heads
+            genes = g[self._layer_genes("n_kv_head", n_layer)]
+            kv = [self._kv_repair(self.n_kv_head[0 if types and types[i] == "ffn" else k], h)
+                  for i, (k, h) in enumerate(zip(genes, heads))]
         return self._architecture(n_layer, d_model, heads, inner, self.d_embed_choices[g[2]], self.div_val[g[3]],
-                                  types)
+                                  types, kv, self._tail_choice("head_dim", g), self._tail_choice("tie_embeddings", g))
+
+    def _kv_repair(self, wanted: int, n_head: int) -> int:
+        """The largest key/value-head choice at most ``wanted`` that divides ``n_head``, else the smallest."""
+        allowed = self.kv_choices(n_head)
+        return max((kv for kv in allowed if kv <= wanted), default=allowed[0])
+
+    def _tail_choice(self, name: str, g):
+        choices = getattr(self, name)
+        return choices[g[self._tail_gene(name)]] if choices else None
 
     def _par_repair(self, types: list[str]) -> list[str]:
         """Attention only in the first two thirds, at most one attention layer per five, at least one."""
@@ -192,14 +270,31 @@ class SearchSpace:
             ]
             for i in range(n):
                 if arch.has_attention(i) or not self.block_types:
-                    x[self._layer_genes(0, n).start + i] = self.n_head.index(arch.n_head[i])
+                    x[self._layer_genes("n_head", n).start + i] = self.n_head.index(arch.n_head[i])
+                    if self.n_kv_head:
+                        x[self._layer_genes("n_kv_head", n).start + i] = self.n_kv_head.index(arch.kv_heads[i])
                 if arch.has_ffn(i) or not self.block_types:
-                    x[self._layer_genes(1, n).start + i] = self.d_inner.index(arch.d_inner[i])
+                    x[self._layer_genes("d_inner", n).start + i] = self.d_inner.index(arch.d_inner[i])
                 if self.block_types:
-                    x[self._layer_genes(2, n).start + i] = self.block_types.index(arch.block_type(i))
+                    x[self._layer_genes("block_types", n).start + i] = self.block_types.index(arch.block_type(i))
+            self._encode_family_genes(arch, x)
         except ValueError:
             raise LtsedgeError(f"architecture {arch.id} is not in the search space ({self.source})") from None
         return x
+
+    def _encode_family_genes(self, arch: Architecture, x: np.ndarray) -> None:
+        """The head-size and tying genes; an architecture whose grouped heads, head size or tying the space
+        does not vary must have the values the space's architectures get (ValueError if not)."""
+        if not self.n_kv_head and arch.kv_heads != arch.n_head:
+            raise ValueError
+        if self.head_dim:
+            x[self._tail_gene("head_dim")] = self.head_dim.index(arch.head_dim)
+        elif arch.d_head != tuple(arch.d_model // h for h in arch.n_head):
+            raise ValueError
+        if self.tie_embeddings:
+            x[self._tail_gene("tie_embeddings")] = self.tie_embeddings.index(arch.tie_embeddings)
+        elif arch.tie_embeddings is False:  # every backbone's default output layer is tied
+            raise ValueError
 
     def repair(self, x) -> np.ndarray:
         return self.encode(self.decode(x), fill=np.clip(np.round(x), 0, self.upper_bounds))
@@ -221,18 +316,26 @@ class SearchSpace:
         heads = [rng.choice(self.n_head) for _ in range(n_layer)]
         inner = [rng.choice(self.d_inner_choices(d_model)) for _ in range(n_layer)]
         d_embed, div_val = rng.choice(self.d_embed_choices), rng.choice(self.div_val)
+        # The optional genes are drawn only where the space has them: other spaces sample as they did.
+        family = {}
+        if self.n_kv_head:
+            family["kv"] = [rng.choice(self.kv_choices(h)) for h in heads]
+        for name in self.tail_genes:
+            family[name] = rng.choice(getattr(self, name))
         if not self.block_types:
-            return self._architecture(n_layer, d_model, heads, inner, d_embed, div_val)
+            return self._architecture(n_layer, d_model, heads, inner, d_embed, div_val, **family)
         # Built with its block types, so a space without the standard block (e.g. ffn and attn only) samples
         types = [self.block_types[rng.randrange(len(self.block_types))] for _ in range(n_layer)]
-        arch = self._architecture(n_layer, d_model, heads, inner, d_embed, div_val, types)
+        arch = self._architecture(n_layer, d_model, heads, inner, d_embed, div_val, types, **family)
         return self.decode(self.encode(arch))  # canonical genes (and the PAR rules)
 
-    def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val, block_types=()) -> Architecture:
+    def _architecture(self, n_layer, d_model, heads, inner, d_embed, div_val, block_types=(), kv=(), head_dim=None,
+                      tie_embeddings=None) -> Architecture:
         return Architecture(
             n_layer=n_layer, d_model=d_model, n_head=tuple(heads), d_inner=tuple(inner), d_embed=d_embed,
             div_val=div_val, vocab_size=self.vocab_size, n_positions=self.n_positions, cutoffs=self.cutoffs,
-            backbone=self.backbone, mem_len=self.mem_len, block_types=tuple(block_types),
+            backbone=self.backbone, mem_len=self.mem_len, block_types=tuple(block_types), n_kv_head=tuple(kv),
+            head_dim=head_dim, tie_embeddings=tie_embeddings,
         )
 
     # --- description and configuration -----------------------------------------------------
@@ -252,12 +355,20 @@ class SearchSpace:
             **({"block types (per layer)": _describe_types(self.block_types)
                 + (", PAR rules" if self.par_rules else "")} if self.block_types else {}),
             **({"mem_len": self.mem_len} if self.mem_len is not None else {}),
+            **({"n_kv_head (per layer)": f"{_describe(self.n_kv_head)}, those dividing the layer's n_head"}
+               if self.n_kv_head else {}),
+            **({"head_dim": _describe(self.head_dim)} if self.head_dim else {}),
+            **({"tie_embeddings": "{" + ", ".join(str(t).lower() for t in self.tie_embeddings) + "}"}
+               if self.tie_embeddings else {}),
             "size": self.size() if log10 < EXACT_SIZE_DIGITS else None,
             "size_log10": round(log10, 2),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "source"}
+        """Its fields; the optional genes only where set, so every other space's dict (a checkpoint's
+        identity) is what it was."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()
+                if k != "source" and not (k in FAMILY_GENES and not v)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config", backbone: str | None = None) -> SearchSpace:

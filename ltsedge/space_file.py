@@ -11,7 +11,10 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.validate import is_int
 
 MAX_CHOICES = 10_000  # per key of a space file: more is a typo (and would take minutes to size)
-CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs")
+CHOICE_KEYS = ("n_layer", "d_model", "n_head", "d_inner", "d_embed", "div_val", "cutoffs", "n_kv_head", "head_dim")
+# Keys whose empty list is meaningful: no cutoffs, d_embed = d_model, as many key/value heads as query heads,
+# a head size of d_model / n_head.
+MAY_BE_EMPTY = ("cutoffs", "d_embed", "n_kv_head", "head_dim")
 
 
 def parse_value(key: str, value: Any, source: str):
@@ -20,6 +23,8 @@ def parse_value(key: str, value: Any, source: str):
         return _parse_choices(key, value, source)
     if key == "block_types":
         return _parse_block_types(value, source)
+    if key == "tie_embeddings":
+        return _parse_flags(key, value, source)
     return _parse_scalar(key, value, source)
 
 
@@ -27,6 +32,15 @@ def _parse_block_types(value: Any, source: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise LtsedgeError(f"{source}: block_types must be a list of block types ({', '.join(BLOCK_TYPES)}), "
                            f"got {value!r}")
+    return tuple(value)
+
+
+def _parse_flags(key: str, value: Any, source: str) -> tuple[bool, ...]:
+    """A list of booleans (``[true, false]``: both choices), or one boolean (that choice only)."""
+    if isinstance(value, bool):
+        return (value,)
+    if not isinstance(value, list) or not value or not all(isinstance(v, bool) for v in value):
+        raise LtsedgeError(f"{source}: {key} must be true, false or a list of them, got {value!r}")
     return tuple(value)
 
 
@@ -46,7 +60,7 @@ def _parse_choices(key: str, value: Any, source: str) -> tuple[int, ...]:
         value = list(choices)
     if not isinstance(value, list) or not all(is_int(v) for v in value):
         raise LtsedgeError(f"{source}: {key} must be a list of integers or a {{min, max, step}} range, got {value!r}")
-    if key not in ("cutoffs", "d_embed") and not value or value and min(value) < 1:
+    if key not in MAY_BE_EMPTY and not value or value and min(value) < 1:
         raise LtsedgeError(f"{source}: {key} = {value} is invalid: choices must be integers >= 1")
     return tuple(value)
 

@@ -3,8 +3,9 @@
 repair share.
 
 What is counted is what ``SearchSpace.decode`` can produce: distinct layer stacks per n_layer and
-d_model (a d_model allows the d_inner choices of at least ``d_inner_min_ratio`` x it), times the
-embedding choices; under the PAR rules only the stacks the repair keeps. A change to the encoding or
+d_model (a d_model allows the d_inner choices of at least ``d_inner_min_ratio`` x it; a layer's query
+heads the key/value-head choices dividing them), times the embedding, head-size and tying choices;
+under the PAR rules only the stacks the repair keeps. A change to the encoding or
 the repair changes the count here.
 
 The magnitude is summed in logarithms, so a space of 10^40000 architectures is sized at once; the
@@ -34,9 +35,8 @@ def par_limits(n_layer: int) -> tuple[int, int]:
 
 def size(space: SearchSpace) -> int:
     """The exact number of distinct architectures in the space (a number of size_log10() digits)."""
-    per_embedding = len(space.d_embed_choices) * len(space.div_val)
-    return per_embedding * sum(count * _stacks(space, n, inner) for inner, count in _inner_counts(space).items()
-                               for n in space.n_layer)
+    return _per_architecture(space) * sum(count * _stacks(space, n, inner)
+                                          for inner, count in _inner_counts(space).items() for n in space.n_layer)
 
 
 def size_log10(space: SearchSpace) -> float:
@@ -48,8 +48,13 @@ def size_log10(space: SearchSpace) -> float:
     else:
         n = np.array(space.n_layer, dtype=float)
         stacks = np.array([_log10_sum(n * math.log10(sum(_bases(space, i)))) for i in counts])
-    per_embedding = len(space.d_embed_choices) * len(space.div_val)
-    return math.log10(per_embedding) + float(_log10_sum(np.log10(list(counts.values())) + stacks))
+    return math.log10(_per_architecture(space)) + float(_log10_sum(np.log10(list(counts.values())) + stacks))
+
+
+def _per_architecture(space: SearchSpace) -> int:
+    """Choices made once per architecture besides n_layer and d_model: embedding, head size, tying."""
+    return (len(space.d_embed_choices) * len(space.div_val) * max(len(space.head_dim), 1)
+            * max(len(space.tie_embeddings), 1))
 
 
 def _inner_counts(space: SearchSpace) -> Counter:
@@ -59,7 +64,8 @@ def _inner_counts(space: SearchSpace) -> Counter:
 
 def _bases(space: SearchSpace, inner: int) -> tuple[int, int]:
     """Choices of one layer with attention, and of one FFN-only layer (0: no such block type)."""
-    heads = len(space.n_head)
+    # A layer's attention choices: its query heads, each with the key/value heads dividing it.
+    heads = sum(len(space.kv_choices(h)) for h in space.n_head) if space.n_kv_head else len(space.n_head)
     if not space.block_types:
         return heads * inner, 0
     per_type = {"attn_ffn": heads * inner, "ffn": inner, "attn": heads}

@@ -6,8 +6,9 @@ import json
 import onnxruntime as ort
 import pytest
 
+from ltsedge.architecture import Architecture
 from ltsedge.exporters import architecture_of
-from tests.helpers import ltsedge_cli, no_traceback, tiny_arch
+from tests.helpers import ltsedge_cli, no_traceback, one_line_exit_2, tiny_arch
 
 
 def run(*args, check_rc=None):
@@ -43,6 +44,25 @@ def test_space_describes_and_samples():
     lines = run("space", "--sample", 5, "--seed", 0, check_rc=0).stdout.splitlines()
     assert len(lines) == 5 and all("n_head" in json.loads(line) for line in lines)
     assert lines == run("space", "--sample", 5, "--seed", 0).stdout.splitlines()
+
+
+def test_space_of_a_backbone_or_a_preset():
+    lines = run("space", "--backbone", "llama", "--sample", 8, "--seed", 1, check_rc=0).stdout.splitlines()
+    archs = [Architecture.from_json(line) for line in lines]
+    assert len(archs) == 8 and {a.backbone for a in archs} == {"llama"}
+    assert all(h % kv == 0 for a in archs for h, kv in zip(a.n_head, a.n_kv_head))
+    assert len({a.head_dim for a in archs}) > 1  # a gene of its own, not d_model / n_head
+    out = run("space", "--preset", "llama-edge", check_rc=0).stdout
+    assert "source: preset llama-edge" in out and "n_kv_head (per layer): 1..5" in out and "~10^114" in out
+    one_line_exit_2(ltsedge_cli("space", "--preset", "llama-edge", "--backbone", "opt"),
+                    "preset llama-edge searches backbone llama, not opt")
+
+
+def test_bad_grouped_head_range_exit_2(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("n_kv_head = [2, 4]\nn_head = [6, 9]\n")
+    one_line_exit_2(ltsedge_cli("space", "--backbone", "llama", "--config", path), "no n_kv_head choice divides n_head 9")
+    one_line_exit_2(ltsedge_cli("space", "--config", path), "n_kv_head is not a field of backbone gpt2")
 
 
 @pytest.mark.parametrize("text, message", [

@@ -235,3 +235,119 @@ def test_block_types_from_toml(tmp_path):
     f.write_text('[space]\npar_rules = 1\n')
     with pytest.raises(LtsedgeError, match="par_rules = 1 has the wrong type"):
         SearchSpace.load(f)
+
+
+# --- grouped key/value heads, head size and tying (backbones with those architecture fields) -------------
+
+def grouped_space(**overrides) -> SearchSpace:
+    fields = dict(backbone="llama", n_layer=(1, 2), d_model=(32,), n_head=(2, 3, 4), n_kv_head=(1, 2, 3),
+                  head_dim=(8, 16), tie_embeddings=(True, False), d_inner=(32, 64), d_inner_min_ratio=0.0,
+                  d_embed=(), div_val=(1,), vocab_size=64, n_positions=64)
+    return SearchSpace(**{**fields, **overrides})
+
+
+def enumerate_grouped_space(s: SearchSpace) -> set:
+    """Brute force: every (heads, key/value heads dividing them, d_inner) per layer, every head size and tying."""
+    out = set()
+    per_layer = [(h, kv, i) for h in s.n_head for kv in s.n_kv_head if h % kv == 0 for i in s.d_inner]
+    for n, head_dim, tied in itertools.product(s.n_layer, s.head_dim, s.tie_embeddings):
+        for layers in itertools.product(per_layer, repeat=n):
+            out.add(s._architecture(n, 32, [h for h, _, _ in layers], [i for _, _, i in layers], None, 1,
+                                    kv=[kv for _, kv, _ in layers], head_dim=head_dim, tie_embeddings=tied))
+    return out
+
+
+def test_grouped_head_genes_count_exactly_and_every_vector_decodes_inside():
+    s = grouped_space()
+    assert s.n_genes == 4 + 3 * 2 + 2  # n_head, d_inner, n_kv_head per layer; head_dim and tying once
+    everything = enumerate_grouped_space(s)
+    # 6 (heads, key/value heads) pairs: 2/1 2/2 3/1 3/3 4/1 4/2, each with 2 d_inner; 2 head sizes x 2 tyings
+    assert s.size() == len(everything) == 2 * 2 * (6 * 2 + (6 * 2) ** 2)
+    assert math.isclose(s.size_log10(), math.log10(s.size()), abs_tol=1e-9)
+    rng = np.random.default_rng(2)
+    decoded = set()
+    for _ in range(2000):
+        x = rng.integers(0, np.array(s.upper_bounds) + 1)
+        arch = s.decode(x)  # a key/value gene that does not divide the layer's heads is repaired, never refused
+        assert arch in everything and s.contains(arch)
+        repaired = s.repair(x)
+        assert s.decode(repaired) == arch and (s.repair(repaired) == repaired).all()
+        decoded.add(arch)
+    assert len(decoded) > len(everything) // 2
+    sampled = s.sample(300, seed=1)
+    assert all(a in everything for a in sampled)
+    assert {kv for a in sampled for kv in a.n_kv_head} == {1, 2, 3}
+    assert {a.tie_embeddings for a in sampled} == {True, False}
+
+
+def test_a_key_value_gene_decodes_to_the_largest_divisor_at_most_its_choice():
+    s = grouped_space(n_layer=(1,), n_head=(4, 6), n_kv_head=(1, 2, 3, 4))
+    x = np.zeros(s.n_genes, dtype=int)
+    kv_gene = 4 + 2  # after the n_head and d_inner genes of the one layer
+    for head_choice, kv_choice, expected in ((0, 2, 2), (0, 3, 4), (1, 3, 3), (1, 2, 3), (0, 0, 1)):
+        x[4], x[kv_gene] = head_choice, kv_choice  # 4 heads with 3 key/value heads: 2; 6 heads with 4: 3
+        assert s.decode(x).n_kv_head == (expected,)
+
+
+def test_the_llama_space_holds_the_shapes_apps_ship():
+    s = SearchSpace.default("llama")
+    assert s.vocab_size == 49152 and s.n_positions >= 2049
+
+    def shape(n, d, heads, kv, inner, head_dim=64):
+        return Architecture(backbone="llama", n_layer=n, d_model=d, n_head=heads, n_kv_head=kv, d_inner=inner,
+                            head_dim=head_dim, vocab_size=s.vocab_size, n_positions=s.n_positions)
+
+    shipped = {
+        "SmolLM2-135M": shape(30, 576, [9] * 30, [3] * 30, [1536] * 30),
+        "SmolLM2-360M": shape(32, 960, [15] * 32, [5] * 32, [2560] * 32),
+        "Qwen2.5-0.5B": shape(24, 896, [14] * 24, [2] * 24, [4864] * 24),
+        "OpenELM-270M": shape(16, 1280, [12, 12, 12, 12, 16, 16, 16, 16, 16, 16, 16, 16, 20, 20, 20, 20],
+                              [3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5], list(range(768, 5121, 256))[:16]),
+    }
+    for name, arch in shipped.items():
+        assert s.contains(arch), name
+    assert math.isclose(s.size_log10(), math.log10(s.size()), rel_tol=1e-9)
+    for arch in s.sample(40, seed=0):
+        assert s.contains(arch) and arch.tie_embeddings
+        assert all(h % kv == 0 for h, kv in zip(arch.n_head, arch.n_kv_head))
+
+
+def test_spaces_without_grouped_heads_are_what_they_were():
+    plain = SearchSpace()
+    assert plain.n_genes == 4 + 2 * 16 and not {"n_kv_head", "head_dim", "tie_embeddings"} & set(plain.to_dict())
+    grouped = Architecture(backbone="llama", n_layer=2, d_model=256, n_head=[4, 4], n_kv_head=[2, 2],
+                           d_inner=[512, 512], vocab_size=49152, n_positions=8192)
+    mha = SearchSpace.default("llama", n_kv_head=(), head_dim=(), n_head=(2, 4, 8))
+    multi_head = Architecture.from_dict({**grouped.to_dict(), "n_kv_head": [4, 4]})
+    assert not mha.contains(grouped) and mha.contains(multi_head)
+    assert all(a.n_kv_head == a.n_head for a in mha.sample(20, seed=0))
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(n_kv_head=(1, 2)), ["n_kv_head is not a field of backbone gpt2"]),
+    (dict(head_dim=(64,)), ["head_dim is not a field of backbone gpt2"]),
+    (dict(backbone="llama", n_head=(6, 7), n_kv_head=(2, 3)), ["no n_kv_head choice divides n_head 7"]),
+    (dict(backbone="llama", head_dim=(32, 40, 45)), ["'head_dim' = 45", "even"]),
+    (dict(backbone="llama", head_dim=(), d_model=(96,), n_head=(2, 32)), ["d_model 96 / n_head 32 = 3", "even"]),
+])
+def test_bad_grouped_head_ranges_are_one_line_errors(changes, words):
+    with pytest.raises(LtsedgeError) as err:
+        SearchSpace.default(changes.pop("backbone", "gpt2"), **changes)
+    assert "\n" not in str(err.value) and all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_grouped_head_genes_from_toml(tmp_path):
+    f = tmp_path / "space.toml"
+    f.write_text('backbone = "llama"\nn_kv_head = {min = 1, max = 3}\nhead_dim = [64, 96]\n'
+                 'tie_embeddings = [true, false]\n')
+    s = SearchSpace.load(f)
+    assert (s.n_kv_head, s.head_dim, s.tie_embeddings) == ((1, 2, 3), (64, 96), (False, True))
+    assert s.to_dict()["tie_embeddings"] == [False, True]
+    f.write_text('backbone = "llama"\nn_kv_head = []\nhead_dim = []\ntie_embeddings = true\nn_head = [2, 4]\n')
+    s = SearchSpace.load(f)
+    assert not s.n_kv_head and not s.head_dim and s.tie_embeddings == (True,)
+    for text, words in (('tie_embeddings = "yes"', "tie_embeddings must be true, false or a list of them"),
+                        ("n_kv_head = [0, 1]", "n_kv_head = [0, 1] is invalid")):
+        f.write_text(f'backbone = "llama"\n{text}\n')
+        with pytest.raises(LtsedgeError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            SearchSpace.load(f)

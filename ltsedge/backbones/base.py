@@ -55,7 +55,8 @@ class BaselineSpec:
     def to_dict(self) -> dict:
         out = {"d_model": self.d_model, "d_inner": self.d_inner, "n_head": self.n_head, "layers": list(self.layers)}
         # Only where set: the baselines of the backbones without them read as they did.
-        return {**out, **{k: v for k, v in (("n_kv_head", self.n_kv_head), ("head_dim", self.head_dim)) if v is not None}}
+        grouped = {"n_kv_head": self.n_kv_head, "head_dim": self.head_dim}
+        return {**out, **{k: v for k, v in grouped.items() if v is not None}}
 
 
 class Backbone:

@@ -21,26 +21,37 @@ from ltsedge.cli.options import (
 
 
 def space(
-    config: Optional[Path] = typer.Option(None, "--config", help="Search-space TOML file (default: the LTS GPT-2 space)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Search-space TOML file (default: the preset's "
+                                          "space, else the backbone's default space, else the LTS GPT-2 space)."),
+    backbone: Optional[str] = typer.Option(None, "--backbone", help="The backbone's default space (as search "
+                                           "--backbone; default: the file's or the preset's, else gpt2)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="The space a search with this preset searches."),
     sample: int = typer.Option(0, "--sample", min=0, help="Print N sampled architectures as JSON lines."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for --sample."),
 ) -> None:
     """Describe the search space and its size, or sample architectures from it."""
+    from ltsedge.search.presets import get_preset
     from ltsedge.space import SearchSpace
 
-    s = SearchSpace.load(config) if config else SearchSpace()
+    chosen = get_preset(preset) if preset else None
+    backbone = chosen.backbone_for(backbone) if chosen else backbone
+    if config:  # as search reads --space: it replaces the preset's space
+        s = SearchSpace.load(config, backbone=backbone)
+    else:
+        s = chosen.space(backbone) if chosen else SearchSpace.default(backbone or "gpt2")
     if sample:
         for arch in s.sample(sample, seed=seed):
             typer.echo(arch.to_json())
         return
     description = s.describe()
+    width = max(map(len, description))
     for key, value in description.items():
         if key == "size":  # exact while readable; a space of 10^4000 architectures gets its magnitude
             log10 = description["size_log10"]
             value = f"{value:,} (~10^{log10})" if value is not None else f"~10^{log10}"
         elif key == "size_log10":
             continue
-        typer.echo(f"{key:>20}: {value}")
+        typer.echo(f"{key:>{width}}: {value}")
 
 
 def params(

@@ -10,7 +10,7 @@ graph; this file ties them into the ``Backbone``, with its Hugging Face and onnx
 
 from __future__ import annotations
 
-from ltsedge.backbones.base import PackageBackbone
+from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
 from ltsedge.backbones.kv_cache import cache_layers, cache_spec
 from ltsedge.errors import LtsedgeError
 
@@ -19,6 +19,8 @@ from ltsedge.errors import LtsedgeError
 # epsilon (1e-5, SmolLM2's, TinyLlama's and MobileLLM's; transformers' is 1e-6).
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_RMS_NORM_EPS = 1e-5
+SMOLLM2_VOCAB_SIZE = 49152  # SmolLM2's tokenizer, the default space's and baseline's vocabulary
+SMOLLM2_CONTEXT = 8192
 
 
 class LlamaBackbone(PackageBackbone):
@@ -57,8 +59,22 @@ class LlamaBackbone(PackageBackbone):
         return cache_spec(arch, [(arch.kv_heads[i], arch.d_head[i]) for i in cache_layers(arch)])
 
     def default_space(self) -> dict:
-        """Plain embeddings (the study's other ranges)."""
-        return {"d_embed": (), "div_val": (1,)}
+        """The sub-billion shapes apps ship, and the layers between them: 2..32 layers, d_model 256..1280,
+        per layer 2..20 query heads sharing 1..5 key/value heads and a SwiGLU 256..5120 wide (at least half
+        d_model: OpenELM's narrowest is 0.6 x), one head size of 32..128; tied output, SmolLM2's vocabulary
+        and context. SmolLM2-135M (30 x 576, 9 / 3 heads of 64, FFN 1536), SmolLM2-360M (32 x 960, 15 / 5,
+        2560), MobileLLM-125M's shape, Qwen2.5-0.5B's (24 x 896, 14 / 2, 4864) and OpenELM-270M's per-layer
+        12..20 / 3..5 heads and 768..5120 FFNs are in it. Untied output layers double the embedding at no
+        decoder parameter, so they only lose: a space file opens them (``tie_embeddings = [true, false]``)."""
+        return {"n_layer": grid(2, 32, 1), "d_model": grid(256, 1280, 64), "n_head": grid(2, 20, 1),
+                "n_kv_head": grid(1, 5, 1), "head_dim": grid(32, 128, 16), "d_inner": grid(256, 5120, 64),
+                "d_inner_min_ratio": 0.5, "tie_embeddings": (True,), "d_embed": (), "div_val": (1,),
+                "vocab_size": SMOLLM2_VOCAB_SIZE, "n_positions": SMOLLM2_CONTEXT}
+
+    def baseline(self) -> BaselineSpec:
+        """SmolLM2-135M's block (d_model 576, 9 query heads sharing 3 key/value heads of 64, SwiGLU 1536),
+        2 .. 30 layers deep: its 30-layer point is SmolLM2-135M itself."""
+        return BaselineSpec(d_model=576, d_inner=1536, n_head=9, n_kv_head=3, head_dim=64, layers=grid(2, 30, 2))
 
     def hf_config_fields(self, arch, layers: int) -> dict:
         """transformers' LlamaConfig names. One value per field: layer 0's heads, key/value heads and SwiGLU
