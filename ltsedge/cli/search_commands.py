@@ -31,9 +31,9 @@ SCHEDULER_WAIT_S = 30.0  # how long `agent` waits for its scheduler to answer (a
 
 def search(
     device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
-    preset: str = typer.Option("default", "--preset", help="default | quick | smoke | opt (see README)."),
-    backbone: Optional[str] = typer.Option(None, "--backbone", help="gpt2 | transfo_xl | opt (default: the space "
-                                           "file's or the preset's, else gpt2)."),
+    preset: str = typer.Option("default", "--preset", help="default | quick | smoke | opt | llama-edge (see README)."),
+    backbone: Optional[str] = typer.Option(None, "--backbone", help="gpt2 | transfo_xl | opt | llama (default: the "
+                                           "space file's or the preset's, else gpt2)."),
     space_file: Optional[Path] = typer.Option(None, "--space", help="Search-space TOML (overrides the preset's space)."),
     out: Path = typer.Option(Path("ltsedge-out"), "--out", help="Output directory (also holds the checkpoint)."),
     population: Optional[int] = typer.Option(None, "--population", min=2, help="NSGA-II population size."),

@@ -145,8 +145,11 @@ def _baseline(options: SearchOptions, spec: BaselineSpec) -> BaselineSpec | None
     if options.baseline_layers is not None:
         changes["layers"] = tuple(range(1, options.baseline_layers + 1))
     spec = replace(spec, **changes)
-    if spec.d_model % spec.n_head:
+    if spec.head_dim is None and spec.d_model % spec.n_head:
         raise LtsedgeError(f"--baseline-n-head {spec.n_head} does not divide --baseline-d-model {spec.d_model}")
+    if spec.n_kv_head is not None and spec.n_head % spec.n_kv_head:
+        raise LtsedgeError(f"--baseline-n-head {spec.n_head} is not a multiple of the baseline's {spec.n_kv_head} "
+                           f"key/value heads")
     return spec
 
 

@@ -1,4 +1,5 @@
-"""Named search presets: the study's full-scale default, a quick demo, and a tiny smoke test.
+"""Named search presets: the study's full-scale default, a quick demo, a tiny smoke test, the study's OPT
+comparison and an app's Llama-family decoder (``llama-edge``).
 
 A preset narrows the backbone's default space (any backbone's, ``--backbone``; ``opt`` is OPT's own), fixes population, generations and baseline, and
 adjusts the device profile's workload (sequence length) and repeat policy; command-line options
@@ -68,6 +69,14 @@ PRESETS = {
         6, 2, BaselineSpec(d_model=64, d_inner=128, n_head=2, layers=(1, 2)),
         {"sequence": 16, "context": 16, "warmup": 1, "min_runs": 3, "max_runs": 5, "max_seconds": 1.0, "tolerance": 0.1,
          "drift_check_every": 0},
+    ),
+    # An app's chat: the time per generated token once 2048 tokens are in the cache (decode, the objective of
+    # a backbone that generates), a 512-token prompt's prefill timed beside it, weights in int4 as apps ship them.
+    "llama-edge": Preset(
+        "llama-edge", "Llama-family decoders for an app (llama's space: grouped key/value heads, head size, per-layer "
+        "SwiGLU): decode after a 2048-token past, 512-token prefill, int4, against SmolLM2-135M's block 2-30 "
+        "layers deep; population 100, 30 generations",
+        {}, 100, 30, None, {"sequence": 512, "context": 2048, "precision": "int4"}, backbone="llama",
     ),
     "opt": Preset(
         "opt", "the study's OPT-scale space (3-29 layers, d_model 512-1472) against OPT-350M's layer-scaled "
