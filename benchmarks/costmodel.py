@@ -16,10 +16,10 @@ scale, the share of candidates measured, and wall time. Quick space, sequence 64
 both searches timing candidates alike (``--search-timing``, coarse by default). Two hypervolumes per
 mode: as published (each front measured by its own search, minutes apart), and **side by side**: every
 model of both published fronts re-measured from its file in one pass of one runner, the two fronts'
-models interleaved, so both fronts are judged on figures the machine's drift touched alike (this VM's
+models interleaved, so both fronts are judged on figures the machine's drift touched alike (a 2-vCPU VM's
 decode figures move ~6-18% between runs, more than the difference being measured).
 
-docs/benchmarks.md projects a 100 x 30 search's cost, with and without the cost model, from these
+docs/benchmarks-history.md projects a 100 x 30 search's cost, with and without the cost model, from these
 per-candidate costs and measured shares.
 
 With ``--repeat-all`` part 2 also runs ``--measure all`` a second time (same seed, its own fresh store)

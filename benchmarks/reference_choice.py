@@ -3,8 +3,8 @@
 Every figure ltsedge reports is a ratio to a reference model timed beside it, times the machine's
 pinned calibration. For a forward pass or a prompt's prefill (compute-bound) the compute-bound reference
 (``ltsedge.runners.reference``: four 384 x 384 MatMuls over 192 rows) moves with the model; a decode
-step reads every weight once per token (memory-bound) and, on this VM, did not: the same architectures
-profiled twice differed by a median 18.5% in their decode ratios (docs/benchmarks.md).
+step reads every weight once per token (memory-bound) and, on a 2-vCPU VM, did not: the same architectures
+profiled twice differed by a median 18.5% in their decode ratios (docs/benchmarks-history.md).
 
 This benchmark times the decode step (context 192) of random default-space GPT-2 architectures, each
 sample in alternation with three references, and reports how each figure repeats:

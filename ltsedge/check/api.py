@@ -38,7 +38,7 @@ from ltsedge.validate import is_number
 Measure = Callable[[DeviceProfile, list[tuple[Path, dict[str, list[int]]]]], list[Measurement]]
 
 # Re-measurements a doubtful timed verdict gets at most. Under the benchmark's competing neighbour one
-# measurement in ten read a model >10% slow; a fail needs each of 1 + CONFIRMATIONS to (docs/benchmarks.md).
+# measurement in ten read a model >10% slow; a fail needs each of 1 + CONFIRMATIONS to (docs/benchmarks-history.md).
 CONFIRMATIONS = 2
 
 

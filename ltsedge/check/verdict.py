@@ -9,7 +9,7 @@ A doubtful verdict is measured again with a stricter repeat policy, in a fresh w
   ``CONFIRMATIONS`` times while it stays so; the verdict is decided on the *lowest* of its figures.
   Contention mostly adds time (a neighbour streaming memory slows a model, not the compute reference):
   under the check-verdicts benchmark's neighbour a first measurement read up to 45% above a model's
-  quiet figure, and up to 18% below it (docs/benchmarks.md). So a fail stands only when every
+  quiet figure, and up to 18% below it (docs/benchmarks-history.md). So a fail stands only when every
   measurement says so; the downward side is held only by the band and ``--marginal fail``.
 - a marginal memory figure (it hardly moves between runs), once; it follows the new value, still marginal.
 
@@ -93,7 +93,7 @@ def interval(metric: str, m: Measurement, tolerance: float, spread: float = 0.0)
     run's own uncertainty (sampling within the run) and the spread (where the machine is between runs)
     are independent errors, so they add in quadrature, as factors (log scale: the bounds stay positive):
     added outright, a 2% tolerance and a 4% spread made every figure within 6% of its budget marginal,
-    fail in CI (docs/benchmarks.md)."""
+    fail in CI (docs/benchmarks-history.md)."""
     value = value_of(metric, m)
     if value is None:
         return None

@@ -98,14 +98,14 @@ PIN_WINDOW_S = 1.0
 PIN_PAUSE_S = 0.2  # between windows: a neighbour's burst should not span them all
 PIN_QUANTILE = 0.25  # of the window medians: the machine when quiet, not its luckiest second
 STATE_FLOOR = 0.03  # a run's calibration closer than this to the pinned one is "as calibrated"
-# The most a pin says a figure moves between runs (``figure_spread``). On this VM the ratio of the two
+# The most a pin says a figure moves between runs (``figure_spread``). On a 2-vCPU VM the ratio of the two
 # references, timed alone in five windows, had an interquartile range of 1.1% to 78% in back-to-back pins
 # (its host switches between states in which memory-bound and compute-bound work run at different
 # relative speeds): a pin measures the moment it was taken. A figure is made of the pairs timed while
 # the compute reference ran at its quiet speed, and moved a median 2.3% between a quiet and a loaded
-# run (docs/benchmarks.md, "Repeatability"); a pin in a bad moment made every budget within 33% of its
+# run (docs/benchmarks-history.md, "Repeatability"); a pin in a bad moment made every budget within 33% of its
 # figure marginal. Load is what ``check``'s confirmations handle (check/verdict.py); the band covers how
-# far a figure moves between runs, capped at issue 21's target for that (3%). Capped at 5%, a model
+# far a figure moves between runs, capped at the repeatability target for that (3%). Capped at 5%, a model
 # 4.8% under its budget read marginal (a CI fail) under the check-verdicts benchmark's load.
 FIGURE_SPREAD_CAP = 0.03
 

@@ -24,7 +24,7 @@ def reference_model() -> bytes:
 
 
 # The bandwidth reference: what a decode step does, without a model. Timed beside the compute reference,
-# a decode step's ratio moved by a median 30% between two quiet passes on this VM (the compute reference
+# a decode step's ratio moved by a median 30% between two quiet passes on a 2-vCPU VM (the compute reference
 # is bimodal: ~1.2 or ~1.5 ms per run, and a decode step does not follow it); beside this one, 2.3%
 # (5.0% against a pass under a changing load): benchmarks/reference_choice.py, docs/benchmarks.md.
 BANDWIDTH_WIDTH = 2048
