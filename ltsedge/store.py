@@ -28,6 +28,7 @@ from typing import Any
 from ltsedge import __version__
 from ltsedge.cache import cache_dir
 from ltsedge.errors import LtsedgeError
+from ltsedge.runners.measurement import Measurement
 from ltsedge.store_sqlite import KEY_COLUMNS, UPSERT, connect, connect_read_only, sqlite_errors
 from ltsedge.validate import reject_unknown
 
@@ -208,11 +209,16 @@ class MeasurementStore:
         return self._conn
 
 def _complete(measurement: dict[str, Any], ok: bool) -> bool:
-    """Whether a stored measurement can answer a request: its ``ok`` agrees with its row, a success
-    holds a latency (``latency_ms``, else some ``latency*`` figure), a failure says why. A row that
-    does not (edited by hand, cut short, written by a broken tool) is treated as absent: the store is
-    a cache of what can be measured again, and one damaged row must cost one measurement, not the search."""
+    """Whether a stored measurement can answer a request: its ``ok`` agrees with its row, its fields are
+    of their types (``Measurement.from_record``), a success holds a latency (``latency_ms``, else some
+    ``latency*`` figure), a failure says why. A row that does not (edited by hand, cut short, written by a
+    broken tool) is treated as absent: the store is a cache of what can be measured again, and one
+    damaged row must cost one measurement, not the search."""
     if measurement.get("ok") is not ok:
+        return False
+    try:
+        Measurement.from_record(measurement)
+    except LtsedgeError:
         return False
     if not ok:
         return isinstance(measurement.get("error"), str)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import stats
-from ltsedge.validate import reject_unknown
+from ltsedge.validate import is_int, is_number, reject_unknown
 
 
 @dataclass
@@ -104,10 +105,17 @@ class Measurement:
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Measurement:
         """A measurement as written earlier (the store, a search's candidate log), possibly by another
-        version: fields it no longer has are left out rather than refused."""
+        version: fields it no longer has are left out rather than refused. A field it has must be of its
+        type (``workloads`` too, entry by entry): a record edited or cut short raises, never a later reader."""
         if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
             raise LtsedgeError("a measurement must be a JSON object with a boolean 'ok'")
-        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+        known = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+        _check_types(known, "")
+        for name, workload in (known.get("workloads") or {}).items():
+            if not isinstance(workload, dict):
+                raise LtsedgeError(f"a measurement's workloads.{name} must be an object, got {type(workload).__name__}")
+            _check_types(workload, f"workloads.{name}.")
+        return cls(**known)
 
     @classmethod
     def failure(cls, error: str, kind: str = "environment", **fields: Any) -> Measurement:
@@ -188,6 +196,21 @@ def _rescaled_workload(workload: dict, factor: float, unit: float, scale: float 
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Measurement))
+
+# The type of each field, and of a workload's own entries beside the fields it shares (``calibrated``).
+_TYPES = {**typing.get_type_hints(Measurement), "coarse": bool, "reference": str, "reference_scale": float | None}
+# JSON's values per Python type: a float field takes an int (json writes 2.0 as 2.0, a hand edit as 2).
+_ACCEPTS = {bool: lambda v: isinstance(v, bool), int: is_int, float: is_number, str: lambda v: isinstance(v, str),
+            dict: lambda v: isinstance(v, dict), type(None): lambda v: v is None}
+
+
+def _check_types(record: dict, prefix: str) -> None:
+    """Raise for the first known entry of ``record`` that is not of its type."""
+    for name, value in record.items():
+        kind = _TYPES.get(name)
+        if kind is not None and not any(_ACCEPTS[t](value) for t in typing.get_args(kind) or (kind,)):
+            raise LtsedgeError(f"a measurement's {prefix}{name} must be {getattr(kind, '__name__', kind)}, "
+                               f"got {type(value).__name__}")
 
 
 def complete(record: dict) -> bool:
