@@ -47,6 +47,22 @@ def test_a_decode_step_reads_every_decoder_weight_once_and_the_whole_cache():
     assert prefill["dense_macs"] == 16 * f["dense_macs"] and prefill["weight_bytes"] == f["weight_bytes"]
 
 
+def test_grouped_heads_are_counted_at_their_own_widths():
+    """A layer caches n_kv_head x head size keys and values per token, and attends n_head x head size wide."""
+    grouped = Architecture(backbone="llama", n_layer=2, d_model=64, n_head=[4, 8], n_kv_head=[2, 1], head_dim=32,
+                           d_inner=[128, 128], vocab_size=500, n_positions=4096)
+    app = load_profile("cpu").replace(sequence=512, context=2048)
+    f = latency_features(grouped, Shapes.of("decode", app))
+    assert f["cache_bytes"] == 2 * 4 * (2048 + 1) * (2 * 32 + 1 * 32)  # keys and values, fp32
+    assert f["attention_macs"] == 2 * (2048 + 1) * (4 * 32 + 8 * 32)
+    memory = memory_features(grouped, {w: Shapes.of(w, app) for w in ("prefill", "decode")})
+    assert memory["cache_mb"] == 2 * 4 * (2048 + 1) * 96 / 2**20
+    assert memory["activation_mb"] == 4 * 512 * (8 + 2 * 1) * 32 / 2**20  # queries, keys, values of layer 2
+    # every query head with its own keys and values: the d_model-wide cache of the other backbones
+    multi = Architecture.from_dict({**grouped.to_dict(), "n_kv_head": [4, 4], "head_dim": 16, "n_head": [4, 4]})
+    assert latency_features(multi, Shapes.of("decode", app))["cache_bytes"] == 2 * 4 * (2048 + 1) * 64 * 2
+
+
 def test_an_ffn_only_layer_has_no_attention_cost():
     standard = tiny_arch(n_layer=2, n_head=[2, 2], d_inner=[128, 128])
     par = tiny_arch(n_layer=2, n_head=[2, 2], d_inner=[128, 128], block_types=["attn_ffn", "ffn"])

@@ -7,6 +7,11 @@ workload's shapes, the bytes of weights and KV cache read (a decode step is boun
 element-wise work. The weights (seconds per unit on this machine) are learned (``fit.py``); the
 counts here are exact arithmetic on the architecture, no torch, no export.
 
+Attention is counted at each layer's own widths: its queries ``n_head x head size`` wide, its cache
+``n_kv_head x head size`` (grouped key/value heads; both are d_model in a backbone without those fields,
+so its counts are what they were). At an app's context the cache a decode step reads and copies can
+weigh as much as all the weights.
+
 Peak memory likewise: the weights held, the KV cache at the workload's context, the largest
 activations (logits over the vocabulary, the FFN's inner width; an adaptive softmax's per-cluster
 log-probabilities) and a fixed part for the runtime.
@@ -54,6 +59,16 @@ def output_weights(arch) -> int:
     return tables + projections
 
 
+def attention_width(arch) -> int:
+    """The query width of every attention layer, summed: ``n_head x head size`` per layer."""
+    return sum(arch.n_head[i] * arch.d_head[i] for i in arch.attention_layers)
+
+
+def cache_width(arch) -> int:
+    """Keys or values cached per token, summed over the attention layers: ``n_kv_head x head size`` each."""
+    return sum(arch.kv_heads[i] * arch.d_head[i] for i in arch.attention_layers)
+
+
 def latency_features(arch, shapes: Shapes) -> dict[str, float]:
     """Counts that a run of the workload costs, per feature of ``LATENCY_FEATURES``."""
     b, t, total = shapes.batch, shapes.tokens, shapes.past + shapes.tokens
@@ -67,8 +82,8 @@ def latency_features(arch, shapes: Shapes) -> dict[str, float]:
         "heads": float(b * sum(arch.n_head[i] for i in attention) * t * total),  # softmax entries
         "dense_macs": float(b * t * decoder),
         "weight_bytes": float(FLOAT_BYTES * (decoder + output_weights(arch))),
-        "attention_macs": float(2 * b * t * total * d * len(attention)),
-        "cache_bytes": float(2 * FLOAT_BYTES * b * total * d * len(attention)),
+        "attention_macs": float(2 * b * t * total * attention_width(arch)),
+        "cache_bytes": float(2 * FLOAT_BYTES * b * total * cache_width(arch)),  # keys and values, fp32
         "elementwise": float(b * t * sum(d + (arch.d_inner[i] if arch.has_ffn(i) else 0) for i in range(arch.n_layer))),
         "output_macs": float(b * t * output_weights(arch)),
     }
@@ -81,7 +96,9 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
     largest = max(workloads.values(), key=lambda s: (s.past + s.tokens, s.tokens))
     widest = max(workloads.values(), key=lambda s: s.tokens)
     inner = max((arch.d_inner[i] for i in range(arch.n_layer) if arch.has_ffn(i)), default=0)
-    cache = 2 * FLOAT_BYTES * largest.batch * (largest.past + largest.tokens) * d * len(arch.attention_layers)
+    # Queries, keys and values at once: 3 x d_model unless heads are grouped or of a size of their own.
+    qkv = max(((arch.n_head[i] + 2 * arch.kv_heads[i]) * arch.d_head[i] for i in arch.attention_layers), default=3 * d)
+    cache = 2 * FLOAT_BYTES * largest.batch * (largest.past + largest.tokens) * cache_width(arch)
     logits_mb = FLOAT_BYTES * widest.batch * widest.tokens * arch.vocab_size / MB
     return {
         "fixed": 1.0,
@@ -91,7 +108,7 @@ def memory_features(arch, workloads: dict[str, Shapes]) -> dict[str, float]:
         "embedding_mb": FLOAT_BYTES * counts.embedding_params / MB,
         "output_mb": FLOAT_BYTES * output_weights(arch) / MB,
         "cache_mb": cache / MB,
-        "activation_mb": FLOAT_BYTES * widest.batch * widest.tokens * max(3 * d, inner) / MB,
+        "activation_mb": FLOAT_BYTES * widest.batch * widest.tokens * max(qkv, inner) / MB,
         "logits_mb": logits_mb,
         # An adaptive softmax computes the head's and each tail cluster's log-probabilities and joins them:
         # logits-sized buffers a tied output does not hold. With div_val 1 it computes every word logit
