@@ -306,10 +306,9 @@ def test_the_baseline_is_the_seeded_model_or_takes_its_match_s_embedding_setting
 
 
 def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
-    from ltsedge.search.baseline import baseline_architectures, seeds_in_space
+    from ltsedge.search.baseline import baseline_architectures
 
     settings, _ = resolve(SearchOptions(preset="default", quiet=True))
-    assert seeds_in_space(settings.baseline, settings.space, 16) == []  # d_model 1024 is outside the space
     plain = baseline_architectures(settings.baseline, settings.space)
     assert all(a.div_val == 1 and a.d_embed == a.d_model for a in plain)
     big = Architecture.from_dict({**plain[3].to_dict(), "d_embed": 256, "div_val": 4, "cutoffs": []})
@@ -317,6 +316,56 @@ def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
         big, count_params(big), Measurement(ok=True, latency_ms=1.0), "final", 1)])
     assert [(a.d_embed, a.div_val) for a in matched[:4]] == [(256, 4)] * 4  # its match: big, >= their parameters
     assert [(a.d_embed, a.div_val) for a in matched[4:]] == [(256, 4)] * 12  # no match: the front's largest
+
+
+def test_a_search_whose_baseline_lies_outside_its_space_starts_from_the_nearest_shapes_in_it(tmp_path):
+    """The study's GPT-2 block has 16 heads and its first point 1 layer, where the default space offers 2, 4
+    or 8 heads and 2..16 layers: no baseline model was seeded, and the search's front lost to the baseline
+    at 15 of 16 points. Each point now seeds the space's nearest shape: every size snapped to the nearest
+    choice, a tie to the larger, d_inner within its floor."""
+    from types import SimpleNamespace
+
+    from ltsedge.search.baseline import seeds_in_space
+
+    study, _ = resolve(SearchOptions(preset="default", quiet=True))
+    seeds = seeds_in_space(study.baseline, study.space, study.population // 2)
+    assert [(a.n_layer, set(a.n_head), a.d_model, set(a.d_inner)) for a in seeds] == \
+        [(n, {8}, 1024, {3072}) for n in range(2, 17)]  # 1 and 2 layers: one shape
+    assert all(study.space.contains(a) for a in seeds)
+    assert all(count_params(a).decoder_params == count_params(study.baseline.architecture(a.n_layer, study.space))
+               .decoder_params for a in seeds)  # GPT-2's heads do not change its parameters
+
+    out = tmp_path / "out"
+    settings, profile = resolve(SearchOptions(preset="smoke", out=out, quiet=True, baseline_d_model=48,
+                                              baseline_d_inner=100, baseline_n_head=8, baseline_layers=3))
+    seeds = seeds_in_space(settings.baseline, settings.space, settings.population // 2)
+    # d_model 48 lies between 32 and 64: the larger; 8 heads: 4; d_inner 100: 128, the floor at d_model 64
+    assert [(a.n_layer, a.n_head, a.d_model, a.d_inner) for a in seeds] == \
+        [(1, (4,), 64, (128,)), (2, (4, 4), 64, (128, 128))]
+    run = SearchRun(settings, profile, out, store=None, log=lambda m: None)
+    first = run._algorithm(SimpleNamespace(candidates=lambda: []), identity="").ask().get("X")
+    assert set(seeds) <= {settings.space.decode(x) for x in first}
+
+
+def test_a_llama_baseline_outside_its_space_stands_in_it_with_its_grouped_heads_snapped(tmp_path):
+    """The rule holds for a family's own sizes: key/value heads snapped among those dividing the snapped
+    query heads, one head size among the space's."""
+    from ltsedge.search.baseline import seeds_in_space
+
+    space = tmp_path / "space.toml"
+    space.write_text("[space]\nn_layer = [1, 2]\nd_model = [32, 64]\nn_head = [2, 4]\nn_kv_head = [1, 2]\n"
+                     "head_dim = [16, 32]\nd_inner = [64, 128]\nvocab_size = 512\n")
+    settings, _ = resolve(SearchOptions(preset="llama-edge", space_file=space, baseline_d_model=64,
+                                        baseline_d_inner=128, baseline_n_head=6, baseline_layers=2, quiet=True))
+    assert (settings.baseline.n_kv_head, settings.baseline.head_dim) == (3, 64)  # SmolLM2's block
+    seeds = seeds_in_space(settings.baseline, settings.space, settings.population // 2)
+    assert [(a.n_layer, a.n_head, a.n_kv_head, a.head_dim) for a in seeds] == \
+        [(1, (4,), (2,), 32), (2, (4, 4), (2, 2), 32)]
+    assert all(settings.space.contains(a) for a in seeds)
+    from ltsedge.search.baseline import shape_changes  # what baseline.csv's stand_in says
+
+    assert shape_changes(settings.baseline.architecture(1, settings.space), seeds[0]) == \
+        "n_head 6->4; n_kv_head 3->2; head_dim 64->32"
 
 
 def test_progress_after_the_last_generation_keeps_a_full_bar_and_no_negative_eta():

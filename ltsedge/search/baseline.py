@@ -2,20 +2,32 @@
 
 Each backbone names its base block (``Backbone.baseline``: GPT-2 d_model 1024, d_inner 3072).
 
-Each baseline model is compared with the frontier model that has at least its decoder parameters
-(so, by the proxy, at least its quality) and the lowest latency. The baseline model takes that
-frontier model's embedding settings (d_embed, div_val, cutoffs): decoder parameters do not depend
-on them, and the speedup then measures the topology of the blocks, not the output layer.
+A baseline model the space does not hold (the study's GPT-2 block has 16 heads where its space offers 2, 4
+and 8, and one layer where it starts at 2) stands in it as its nearest shape (``in_space_shape``): each
+size snapped to the nearest of the space's choices. The search starts from these stand-ins, and
+publishing re-measures them beside the front, so each baseline point is judged on a model the search
+could have published, on figures taken together with the front's: its front can only tie or beat it.
+
+Each baseline point is compared with the fastest frontier model that has at least the decoder
+parameters of the model measured for it (so, by the proxy, at least its quality). A baseline model
+measured afresh (no stand-in figure) takes that frontier model's embedding settings (d_embed, div_val,
+cutoffs): decoder parameters do not depend on them, and the speedup then measures the topology of the
+blocks, not the output layer.
 """
 
 from __future__ import annotations
 
-from ltsedge.architecture import Architecture
+from ltsedge.architecture import FAMILY_FIELDS, Architecture
 from ltsedge.backbones import BaselineSpec
 from ltsedge.costmodel.features import output_weights
 from ltsedge.errors import LtsedgeError
 from ltsedge.search.candidate import Candidate
 from ltsedge.space import SearchSpace
+
+# The sizes a space offers choices of, with a family's own (n_kv_head, head_dim, ...) where its space has
+# them: what ``in_space_shape`` snaps, and what a row's ``stand_in`` reports changed.
+SHAPE_FIELDS = ("n_layer", "d_model", "n_head", "d_inner")
+REPORTED_FIELDS = SHAPE_FIELDS + ("block_types",) + FAMILY_FIELDS
 
 
 def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[Candidate] = ()
@@ -33,29 +45,91 @@ def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[C
     return archs
 
 
+def stand_ins(spec: BaselineSpec, space: SearchSpace) -> list[Architecture | None]:
+    """Each baseline point's model as the space holds it (``in_space_shape``), in the order of its layers."""
+    return [in_space_shape(spec.architecture(n, space), space) for n in spec.layers]
+
+
 def seeds_in_space(spec: BaselineSpec, space: SearchSpace, limit: int) -> list[Architecture]:
-    """Up to ``limit`` baseline models, spread over its layer counts, that the space holds: with the
-    space's cheapest embedding settings where it does not hold plain ones. Seeded into the first
-    generation, they make the hand-scaled models the start of the search, so its front can only
-    improve on them."""
-    found = []
-    for n in spec.layers:
-        plain = spec.architecture(n, space)
-        variants = [plain] + [_with_embedding(plain, d, k) for d in space.d_embed or () for k in space.div_val]
-        held = [a for a in variants if a is not None and space.contains(a)]
-        if held:
-            found.append(min(held, key=lambda a: output_weights(a)))
+    """The baseline points' stand-ins (``stand_ins``), each once, up to ``limit`` spread over the layer
+    counts. Seeded into the first generation, they make the hand-scaled models the start of the search.
+    Those beyond ``limit`` (more points than the share of the first generation the search gives them)
+    are measured when the front is published, beside it (``finish.py``)."""
+    found = list({a.id: a for a in stand_ins(spec, space) if a is not None}.values())
     if len(found) <= limit:
         return found
     step = (len(found) - 1) / max(limit - 1, 1)
     return [found[round(i * step)] for i in range(limit)]
 
 
-def _with_embedding(arch: Architecture, d_embed: int, div_val: int) -> Architecture | None:
+def in_space_shape(arch: Architecture, space: SearchSpace) -> Architecture | None:
+    """The model of the space nearest to the homogeneous ``arch``: each of its sizes (``SHAPE_FIELDS``, and
+    a family's fields the space offers choices of) snapped to the space's nearest choice, a tie to the
+    larger (more decoder parameters, where the choices differ), then as the space decodes it (its own
+    repairs, e.g. d_inner's floor); plain embeddings where the space holds them, else its cheapest output
+    layer. ``arch`` itself where the space holds it; None where it holds no such model."""
+    n_layer = _nearest(space.n_layer, arch.n_layer)
+    snapped = {**arch.to_dict(), "n_layer": n_layer, "vocab_size": space.vocab_size,
+               "n_positions": space.n_positions, "mem_len": space.mem_len}
+    snapped.pop("cutoffs", None)
+    for name in SHAPE_FIELDS[1:] + tuple(f for f in FAMILY_FIELDS if getattr(space, f, None)):
+        value, choices = snapped.get(name), _choices(space, name, snapped)
+        if isinstance(value, list):  # per layer: the block's one value, on every layer
+            snapped[name] = [_nearest(choices, value[0])] * n_layer if value else value
+        elif value is not None:
+            snapped[name] = _nearest(choices, value)
+    own = {k: v for k, v in snapped.items() if k not in FAMILY_FIELDS}
+    for shape in (snapped, own):  # a family's fields as snapped, else as the space fills them
+        embeddings = [(None, 1)] + [(d, k) for d in space.d_embed for k in space.div_val]
+        held = [a for d, k in embeddings if (a := _held({**shape, "d_embed": d, "div_val": k,
+                                                          **({"cutoffs": list(space.cutoffs)} if d else {})},
+                                                         space)) is not None]
+        if held:
+            return min(held, key=output_weights)
+    return None
+
+
+def _held(data: dict, space: SearchSpace) -> Architecture | None:
+    """The architecture ``data`` describes as the space decodes it; None where it is invalid or not held."""
     try:
-        return Architecture.from_dict({**arch.to_dict(), "d_embed": d_embed, "div_val": div_val, "cutoffs": []})
+        arch = space.decode(space.encode(Architecture.from_dict(data)))
     except LtsedgeError:
         return None
+    return arch if space.contains(arch) else None
+
+
+def _choices(space: SearchSpace, name: str, snapped: dict) -> tuple:
+    """The choices of ``name`` the space allows beside the sizes snapped before it (d_inner's floor at its
+    d_model, key/value heads that divide the query heads)."""
+    if name == "d_inner":
+        return space.d_inner_choices(snapped["d_model"])
+    if name == "n_kv_head" and hasattr(space, "kv_choices"):
+        return space.kv_choices(snapped["n_head"][0]) or space.n_kv_head
+    return getattr(space, name)
+
+
+def _nearest(choices: tuple, value):
+    """The choice nearest to ``value``, a tie to the larger; ``value`` itself where it is a choice."""
+    if value in choices:
+        return value
+    if not all(isinstance(c, (int, float)) for c in choices) or not isinstance(value, (int, float)):
+        return choices[0]
+    return min(choices, key=lambda c: (abs(c - value), -c))
+
+
+def shape_changes(baseline: Architecture, measured: Architecture) -> str:
+    """What the model measured for a baseline point changed of its shape, e.g. ``n_layer 1->2; n_head 16->8``
+    ("" for none; the embedding settings are columns of their own)."""
+    before, after = baseline.to_dict(), measured.to_dict()
+    return "; ".join(f"{name} {_one(before.get(name))}->{_one(after.get(name))}" for name in REPORTED_FIELDS
+                     if _one(before.get(name)) != _one(after.get(name)))
+
+
+def _one(value):
+    """A per-layer value of a homogeneous model as its one value."""
+    if isinstance(value, list) and value and all(v == value[0] for v in value):
+        return value[0]
+    return value
 
 
 def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | None:
@@ -68,19 +142,24 @@ def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | No
 
 
 def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candidate]) -> set[str]:
-    """The front models the comparison will judge the baseline against: for each baseline model, the fastest
-    front model with at least its decoder parameters. Publishing keeps them whatever thinning would cover
-    them with: a kept neighbour with fewer decoder parameters than the baseline model does not count for
-    it, and one with more may be up to the resolution slower (the study's search here compared its 3-layer
-    point with a model 7% slower than the front's own, before either was re-measured)."""
-    return {m.arch.id for a in baseline_architectures(spec, space) if (m := best_match(a, front)) is not None}
+    """The front models the comparison will judge the baseline against: for each baseline point, the fastest
+    front model with at least the decoder parameters of its stand-in, and of the baseline model itself
+    (measured afresh where the stand-in has no figure). Publishing keeps them whatever thinning would
+    cover them with: a kept neighbour with fewer decoder parameters does not count for the point, and one
+    with more may be up to the resolution slower (the study's search here compared its 3-layer point with
+    a model 7% slower than the front's own, before either was re-measured)."""
+    models = baseline_architectures(spec, space) + [a for a in stand_ins(spec, space) if a is not None]
+    return {m.arch.id for a in models if (m := best_match(a, front)) is not None}
 
 
-def compare(baseline: list[Candidate], front: list[Candidate]) -> list[dict]:
+def compare(points: list[Architecture], baseline: list[Candidate], front: list[Candidate]) -> list[dict]:
+    """One row per baseline point (``points``: the baseline models) with the model measured for it
+    (``baseline``: its stand-in, or itself measured afresh) against the fastest ``front`` model with at
+    least the measured model's decoder parameters."""
     rows = []
-    for b in baseline:
-        row = {"baseline_id": b.arch.id, "n_layer": b.arch.n_layer, "decoder_params": b.params.decoder_params,
-               "d_embed": b.arch.d_embed, "div_val": b.arch.div_val,
+    for point, b in zip(points, baseline):
+        row = {"baseline_id": b.arch.id, "n_layer": point.n_layer, "stand_in": shape_changes(point, b.arch),
+               "decoder_params": b.params.decoder_params, "d_embed": b.arch.d_embed, "div_val": b.arch.div_val,
                "latency_ms": b.latency_ms, "peak_memory_mb": b.memory_mb, "ok": b.ok,
                "frontier_id": None, "frontier_decoder_params": None, "frontier_latency_ms": None,
                "frontier_peak_memory_mb": None, "speedup": None, "memory_ratio": None}

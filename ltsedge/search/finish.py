@@ -3,13 +3,16 @@
 Publishing (``frontier.py``) thins the search's front to the settings' resolution (``pareto.thin``),
 re-measures every model kept from its file at the device profile's own policy (however the search timed
 its candidates), then only the undecided ones (whose place on the front hangs on the noise) with the
-strict policy. The layer-scaled baseline's models the search started from (seeded) are re-measured
-beside the front even where its figures left them off it: a baseline point is then judged on fresh
-figures of both, taken together, so a baseline model can never come out faster than a front that was
-only measured earlier. Thinning keeps them, and for each baseline point the front model the comparison
-will pick (``baseline.comparison_anchors``), whatever would cover them. The rest of the baseline is measured as the front was (the objective's workload at
-the profile's policy, the others coarsely), so the comparison is of figures measured alike. What each
-pass cost is kept (``PublishCost``) and reported apart from the search's own time.
+strict policy. The layer-scaled baseline's stand-ins in the space (``baseline.stand_ins``: the models the
+search started from) are re-measured beside the front even where its figures left them off it, and
+those the search did not measure (seeding off aside: not seeded, or only predicted) are measured there
+for the first time: each baseline point is then judged on fresh figures of its stand-in and the front,
+taken together and on one front, so it can only tie or beat it. Thinning keeps them, and for each
+baseline point the front model the comparison will pick (``baseline.comparison_anchors``), whatever
+would cover them. A point without a stand-in figure is measured afresh as the front was (the
+objective's workload at the profile's policy, the others coarsely), so the comparison is of figures
+measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the search's own
+time.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.proxy import count_params
-from ltsedge.search.baseline import baseline_architectures, compare, comparison_anchors, seeds_in_space
+from ltsedge.runners.measurement import Measurement
+from ltsedge.search.baseline import baseline_architectures, compare, comparison_anchors, seeds_in_space, stand_ins
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
@@ -34,7 +39,7 @@ from ltsedge.search.publish_log import PublishLog, baseline_key, remeasured_key
 class PublishCost:
     front: int = 0  # models the search's front held
     thinned: int = 0  # of those, the ones kept at the resolution (exported and re-measured)
-    contenders: int = 0  # seeded baseline models off the search's front, re-measured beside it
+    contenders: int = 0  # the baseline's stand-ins off the search's front, (re-)measured beside it
     published: int = 0  # models the re-measured front holds
     strict: int = 0  # of the front, measured again strictly (undecided at the profile's policy)
     reused: int = 0  # figures taken from an earlier run's publishing (publish_log.py), not measured now
@@ -58,15 +63,17 @@ class Finished:
 def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outdir: OutputDir, *,
            runner_factory, log, with_baseline: bool = True, evaluated: list[Candidate] = (),
            published: PublishLog | None = None) -> Finished:
-    """Publish ``front``; ``evaluated`` (every candidate of the search) holds the seeded baseline models.
-    ``published``: the figures an earlier run of this search took here (taken instead of measuring) and
-    where this run's go (``publish_log.py``; None: every figure measured now, none kept)."""
-    seeded = {a.id for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
-        if settings.baseline is not None else set()
+    """Publish ``front``; ``evaluated`` (every candidate of the search) holds the baseline's stand-ins it
+    measured. ``published``: the figures an earlier run of this search took here (taken instead of
+    measuring) and where this run's go (``publish_log.py``; None: every figure measured now, none kept)."""
+    seeded = {a.id: a for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
+        if settings.baseline is not None else {}
     anchors = comparison_anchors(settings.baseline, settings.space, front) \
         if with_baseline and settings.baseline is not None else set()
-    kept = thin(front, settings.resolution, keep=seeded | anchors)
-    contenders = _contenders(evaluated, seeded - {c.arch.id for c in kept}, settings.budgets) if with_baseline else []
+    kept = thin(front, settings.resolution, keep=set(seeded) | anchors)
+    off_front = {i: a for i, a in seeded.items() if i not in {c.arch.id for c in kept}}
+    contenders = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
+        if with_baseline else []
     cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution)
     clock = time.perf_counter()
     written = write_frontier(kept + contenders, outdir, settings.export_options,
@@ -86,13 +93,14 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     clock = time.perf_counter()
     baseline: list[Candidate] = []
     if with_baseline and settings.baseline is not None:
-        fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded]
+        fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded and p.candidate.ok]
         baseline = _baseline(settings, profile, runner_factory, log, store, outdir, front_models, fresh_seeds,
                              published)
     cost.baseline_seconds = time.perf_counter() - clock
     cost.published = len(front_models)
     cost.reused = published.taken - before if published is not None else 0
-    return Finished(front_models, compare(baseline, [p.candidate for p in front_models]), cost)
+    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers] if baseline else []
+    return Finished(front_models, compare(points, baseline, [p.candidate for p in front_models]), cost)
 
 
 def _remeasured(models: list[PublishedModel], profile: DeviceProfile, policy: str, runner_factory, objective: str,
@@ -115,37 +123,52 @@ def _remeasured(models: list[PublishedModel], profile: DeviceProfile, policy: st
             for p in models]
 
 
-def _contenders(evaluated: list[Candidate], ids: set[str], budgets: Budgets) -> list[Candidate]:
-    """The candidates of ``ids`` that were measured and are within the budgets."""
-    return [c for c in evaluated if c.arch.id in ids and c.ok and not c.predicted
-            and not budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb)]
+def _contenders(evaluated: list[Candidate], stand_ins: dict[str, Architecture], settings, measure_new: bool
+                ) -> list[Candidate]:
+    """The stand-ins to measure beside the front: each the search measured within the budgets, and with
+    ``measure_new`` each it has no figure of (not seeded: more of them than the first generation's share;
+    or only predicted), as a candidate not measured yet. A search that measured one outside the budgets,
+    or failed to, does not publish it (its point is measured afresh)."""
+    found = {c.arch.id: c for c in evaluated if c.arch.id in stand_ins}
+    figure = WORKLOADS[settings.objective].figure
+    out = []
+    for arch_id, arch in stand_ins.items():
+        c = found.get(arch_id)
+        if c is not None and c.ok and not c.predicted:
+            if not settings.budgets.violations(c.params.decoder_params, c.latency_ms, c.memory_mb):
+                out.append(c)
+        elif measure_new and (c is None or c.predicted):
+            out.append(Candidate(arch, count_params(arch), Measurement.failure("not measured by the search"),
+                                 "measured", -1, figure))
+    return out
 
 
 def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outdir: OutputDir,
               front: list[PublishedModel], fresh_seeds: list[Candidate], published: PublishLog | None
               ) -> list[Candidate]:
-    """The layer-scaled baseline. Where the search started from a baseline model, that model's figure
-    from publishing (re-measured beside the front, in the space's cheapest embedding); every other one
-    measured afresh (never from the store), with the embedding settings of the frontier model it is
-    compared with, as the front was re-measured: the objective's workload at the profile's policy, the
-    others coarsely: only the objective is compared, and in a decode search the prefill timed in full
-    was most of the baseline's time. A figure ``published`` holds (an earlier run of this search took it)
-    is taken instead of measuring."""
-    seeds = {c.arch.n_layer: c for c in fresh_seeds}
-    archs = [a for a in baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front])
-             if a.n_layer not in seeds]
+    """The model measured for each baseline point, in the order of its layers. Where publishing measured
+    its stand-in in the space beside the front (``fresh_seeds``), that figure; every other one the
+    baseline model itself measured afresh (never from the store), with the embedding settings of the
+    frontier model it is compared with, as the front was re-measured: the objective's workload at the
+    profile's policy, the others coarsely: only the objective is compared, and in a decode search the
+    prefill timed in full was most of the baseline's time. A figure ``published`` holds (an earlier run
+    of this search took it) is taken instead of measuring."""
+    fresh = {c.arch.id: c for c in fresh_seeds}
+    chosen = [fresh.get(s.id) if s is not None else None for s in stand_ins(settings.baseline, settings.space)]
+    own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front])
     figure = WORKLOADS[settings.objective].figure
-    for arch in archs:
-        m = published.take(baseline_key(arch.id)) if published is not None else None
+    for i, arch in enumerate(own):
+        m = published.take(baseline_key(arch.id)) if published is not None and chosen[i] is None else None
         if m is not None:
-            seeds[arch.n_layer] = Candidate(arch, count_params(arch), m, "measured", -1, figure)
-    todo = [a for a in archs if a.n_layer not in seeds]
+            chosen[i] = Candidate(arch, count_params(arch), m, "measured", -1, figure)
+    todo = [a for a, c in zip(own, chosen) if c is None]
     if todo:
         with runner_factory(profile, log=log) as runner:
             evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
                                            fresh=True, objective=settings.objective, coarse_others=True)
-            for c in evaluator.evaluate(todo, generation=-1):
-                seeds[c.arch.n_layer] = c
-                if published is not None and c.ok:
-                    published.add(baseline_key(c.arch.id), c.measurement)
-    return [seeds[n] for n in settings.baseline.layers]
+            measured = {c.arch.id: c for c in evaluator.evaluate(todo, generation=-1)}
+        for c in measured.values():
+            if published is not None and c.ok:
+                published.add(baseline_key(c.arch.id), c.measurement)
+        chosen = [c if c is not None else measured[a.id] for a, c in zip(own, chosen)]
+    return chosen

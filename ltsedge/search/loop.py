@@ -166,6 +166,8 @@ class SearchRun:
         s = self.settings
         seeds = []
         if s.seed_baseline and s.baseline is not None:
+            # Half the first generation at most, the other half sampled from the whole space; stand-ins
+            # beyond it are measured when the front is published (finish.py), so every point is judged alike.
             seeds = seeds_in_space(s.baseline, s.space, limit=max(1, s.population // 2))
         algorithm = NSGA2(pop_size=s.population, **make_operators(s.space, s.prob_gene, seeds))
         algorithm.setup(ArchitectureProblem(s.space, s.budgets), termination=MaximumGenerationTermination(s.generations),

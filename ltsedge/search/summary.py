@@ -41,7 +41,7 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         kept = (f"{thinned} of the search's {publish['front']} front models (resolution {publish['resolution']:.0%})"
                 if thinned != publish["front"] else f"the search's {publish['front']} front models")
         if publish.get("contenders"):
-            kept += f" and {publish['contenders']} baseline models the search started from"
+            kept += f" and {publish['contenders']} of the baseline's models in the space"
         console.print(f"publishing: {kept} re-measured from their files, "
                       f"{publish['strict']} undecided ones again strictly, {publish['published']} published "
                       f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)"
@@ -73,13 +73,16 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
                        "memory ratio"):
             base.add_column(column, justify="right")
         for r in result.baseline:
+            layers = f"{r['n_layer']}*" if r.get("stand_in") else str(r["n_layer"])
             if r["speedup"] is None:
-                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M",
+                base.add_row(layers, f"{r['decoder_params'] / 1e6:.2f}M",
                              f"{r['latency_ms']:.3g}" if r["latency_ms"] else "failed", "-", "-", "-")
             else:
-                base.add_row(str(r["n_layer"]), f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.3g}",
+                base.add_row(layers, f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.3g}",
                              f"{r['frontier_latency_ms']:.3g}", f"{r['speedup']:.2f}x", f"{r['memory_ratio']:.2f}x")
         console.print(base)
+        if any(r.get("stand_in") for r in result.baseline):
+            console.print("* outside the space: measured as its nearest shape in it (baseline.csv's stand_in)")
         if not compared:
             console.print("no frontier model reaches the baseline's decoder parameters")
     console.print(f"outputs in {result.out_dir}/: frontier.json, frontier.csv, candidates.csv, "
