@@ -51,7 +51,7 @@ from ltsedge.validate import reject_unknown
 
 N_GLOBAL_GENES = 4  # n_layer, d_model, d_embed, div_val
 FAMILY_GENES = ("n_kv_head", "head_dim", "tie_embeddings")  # architecture.FAMILY_FIELDS a space may vary
-MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 genes per layer
+MAX_LAYERS = 10_000  # deepest architecture a space may hold: its encoding has 2 to 4 genes per layer
 EXACT_SIZE_DIGITS = 40  # describe() counts the size exactly below 10^this (the CLI prints it in full)
 
 

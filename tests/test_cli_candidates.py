@@ -61,7 +61,8 @@ def test_space_of_a_backbone_or_a_preset():
 def test_bad_grouped_head_range_exit_2(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text("n_kv_head = [2, 4]\nn_head = [6, 9]\n")
-    one_line_exit_2(ltsedge_cli("space", "--backbone", "llama", "--config", path), "no n_kv_head choice divides n_head 9")
+    one_line_exit_2(ltsedge_cli("space", "--backbone", "llama", "--config", path),
+                    "no n_kv_head choice divides n_head 9")
     one_line_exit_2(ltsedge_cli("space", "--config", path), "n_kv_head is not a field of backbone gpt2")
 
 
