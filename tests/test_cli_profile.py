@@ -192,3 +192,14 @@ def test_a_searchs_raced_out_or_coarse_figure_is_never_served_to_profile(tmp_pat
     assert again["cached"] is False and not again.get("stopped_early")
     third = json.loads(run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json", "--store", store).stdout)
     assert third["cached"] is True  # the complete figure it measured is served again
+
+
+def test_the_table_says_unknown_for_a_figure_the_platform_could_not_read(capsys):
+    """A machine whose peak memory cannot be read gives None: the table says so instead of a traceback."""
+    from ltsedge.cli.measure_commands import _print_profile
+
+    _print_profile({"model": "m.onnx", "device": "cpu", "ok": True, "variant": "forward", "latency_ms": 1.0,
+                    "latency_p90_ms": 1.1, "latency_min_ms": 0.9, "latency_cv": 0.01, "runs": 5, "converged": True,
+                    "peak_memory_mb": None, "weights_mb": 1.0, "fingerprint": {}})
+    out = capsys.readouterr().out
+    assert "peak memory" in out and "unknown" in out and "1.10 ms" in out

@@ -76,6 +76,11 @@ def profile(
         raise typer.Exit(1)
 
 
+def _figure(value: float | None, unit: str, digits: int = 2) -> str:
+    """A figure for the table; 'unknown' where the platform gave none (a peak it cannot read)."""
+    return "unknown" if value is None else f"{value:.{digits}f} {unit}"
+
+
 def _print_profile(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -88,18 +93,19 @@ def _print_profile(r: dict) -> None:
         table.add_row("error", str(r["error"]))
     else:
         if r.get("decode_latency_ms") is not None:
-            table.add_row("prefill (median)", f"{r['prefill_latency_ms']:.2f} ms")
-            table.add_row("decode per token (median)", f"{r['decode_latency_ms']:.3f} ms")
-            table.add_row("KV cache", f"{r['kv_cache_mb']:.2f} MB")
-        table.add_row("latency (median)", f"{r['latency_ms']:.2f} ms" + (" (decode)" if r.get("decode_latency_ms") else ""))
-        table.add_row("latency p90", f"{r['latency_p90_ms']:.2f} ms")
-        table.add_row("latency min", f"{r['latency_min_ms']:.2f} ms")
-        table.add_row("coefficient of variation", f"{100 * r['latency_cv']:.1f} % over {r['runs']} runs"
+            table.add_row("prefill (median)", _figure(r["prefill_latency_ms"], "ms"))
+            table.add_row("decode per token (median)", _figure(r["decode_latency_ms"], "ms", 3))
+            table.add_row("KV cache", _figure(r["kv_cache_mb"], "MB"))
+        table.add_row("latency (median)", _figure(r["latency_ms"], "ms") + (" (decode)" if r.get("decode_latency_ms") else ""))
+        table.add_row("latency p90", _figure(r["latency_p90_ms"], "ms"))
+        table.add_row("latency min", _figure(r["latency_min_ms"], "ms"))
+        cv = "unknown" if r["latency_cv"] is None else f"{100 * r['latency_cv']:.1f} %"
+        table.add_row("coefficient of variation", f"{cv} over {r['runs']} runs"
                       + ("" if r.get("converged") else " (not converged)"))
-        table.add_row("peak memory" + (" (GPU)" if r.get("memory_of") == "gpu" else ""), f"{r['peak_memory_mb']:.1f} MB")
+        table.add_row("peak memory" + (" (GPU)" if r.get("memory_of") == "gpu" else ""), _figure(r["peak_memory_mb"], "MB", 1))
         if r.get("host_peak_memory_mb") is not None:
-            table.add_row("host peak memory", f"{r['host_peak_memory_mb']:.1f} MB")
-        table.add_row("weights", f"{r['weights_mb']:.1f} MB")
+            table.add_row("host peak memory", _figure(r["host_peak_memory_mb"], "MB", 1))
+        table.add_row("weights", _figure(r["weights_mb"], "MB", 1))
     for key in ("decoder_params", "total_params"):
         if r.get(key) is not None:
             table.add_row(key.replace("_", " "), f"{r[key]:,}")
