@@ -4,8 +4,9 @@ Every command turns bad input into one line on stderr and exit code 2 (``Ltsedge
 commands never lose what they already measured. ``main`` is the console script (``ltsedge``, and
 ``python -m ltsedge``). Each command is a function in the module of its group, a few lines over the
 Python API: ``candidate_commands`` (space, params, export), ``measure_commands`` (devices, profile,
-calibrate), ``search_commands`` (search, report, compare, agent), ``check_command`` and
-``costmodel_commands`` (predict, costmodel); the help their options share is in ``options``.
+calibrate), ``search_commands`` (search, report, compare, agent), ``check_command``,
+``costmodel_commands`` (predict, costmodel) and ``proxy_check_command``; the help their options share is in
+``options``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ltsedge.cli.candidate_commands import export, params, space
 from ltsedge.cli.check_command import check
 from ltsedge.cli.costmodel_commands import costmodel, predict
 from ltsedge.cli.measure_commands import calibrate, devices, profile
+from ltsedge.cli.proxy_check_command import proxy_check
 from ltsedge.cli.search_commands import agent, compare, report, search
 from ltsedge.errors import LtsedgeError
 from ltsedge.interrupts import Terminated, exit_code, terminate_as_interrupt
@@ -31,7 +33,7 @@ app = typer.Typer(
 )
 
 COMMANDS = (space, params, export, devices, profile, calibrate, search, report, compare, agent, check, predict,
-            costmodel)  # in the order ``ltsedge --help`` lists them
+            costmodel, proxy_check)  # in the order ``ltsedge --help`` lists them
 for _command in COMMANDS:
     app.command()(_command)
 del _command

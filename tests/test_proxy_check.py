@@ -1,0 +1,212 @@
+"""``ltsedge proxy-check`` at a tiny scale on the CPU: the sample's spread, the held-out split, the JSON and PNG,
+resuming after kill -9, several models at once, bad input. Whether the proxy ranks held-out loss is a
+benchmark (benchmarks/proxy_check.py), not a test."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from ltsedge.proxy import count_params
+from ltsedge.proxycheck import sampling, stats
+from ltsedge.proxycheck.tokens import HELD_OUT_SHARE, split
+from ltsedge.search.presets import get_preset
+from ltsedge.space import SearchSpace
+from tests.helpers import one_line_exit_2, run_ltsedge
+
+# 3 smoke-preset models x 20 steps of 2 x 16 tokens, one thread (a busy 2-core machine runs tiny models
+# faster on one)
+TINY = ("--preset", "smoke", "--models", "3", "--tokens-per-model", "640", "--batch", "2", "--sequence", "16",
+        "--depths", "0", "--threads", "1", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    """About 8 KB of real English: the docstrings of a few standard-library modules."""
+    import argparse
+    import csv
+    import textwrap
+
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text("\n\n".join(inspect.getdoc(m) for m in (json, csv, argparse, textwrap)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, text_file):
+    out = tmp_path_factory.mktemp("check") / "out"
+    proc = run_ltsedge("proxy-check", "--text", text_file, *TINY, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_the_sample_spreads_over_the_space_s_decoder_parameter_range():
+    sizes = [count_params(a).decoder_params for a in sampling.spread_sample(SearchSpace(), 12, seed=0)]
+    assert len(set(sizes)) == 12 and sizes == sorted(sizes)
+    assert sizes[-1] / sizes[0] >= sampling.MIN_SPREAD
+    gaps = np.diff(np.log(sizes))  # log-spaced: no gap far from the others (uniform draws bunch in the middle)
+    assert gaps.max() < 3 * gaps.mean()
+    smoke = [count_params(a).decoder_params for a in sampling.spread_sample(get_preset("smoke").space(), 3, seed=0)]
+    assert smoke[-1] / smoke[0] >= sampling.MIN_SPREAD
+
+
+def test_the_depth_set_holds_equal_parameters_at_several_depths():
+    archs = sampling.depth_set(SearchSpace(), 10e6, 4, seed=0)
+    assert [a.n_layer for a in archs] == [2, 4, 8, 16]
+    for a in archs:
+        assert abs(count_params(a).decoder_params / 10e6 - 1) <= sampling.DEPTH_TOLERANCE
+
+
+def test_a_par_or_llama_space_gets_a_standard_gpt2_control():
+    assert sampling.control_space(SearchSpace()) is None  # the study's kind of space is its own control
+    for space in (SearchSpace(block_types=("attn_ffn", "ffn")), SearchSpace.default("llama")):
+        control = sampling.control_space(space)
+        assert control.backbone == "gpt2" and not control.block_types and control.n_layer == space.n_layer
+
+
+def test_held_out_chunks_are_spread_over_the_text_not_its_tail():
+    tokens = np.arange(1_000_000, dtype=np.uint32)  # each id names its position
+    parts = split(tokens, window=257, seed=3)
+    held = parts.held_out.ravel()
+    assert parts.share >= HELD_OUT_SHARE and parts.held_out.shape[1] == 257
+    assert held.min() < 0.1 * len(tokens) and held.max() > 0.9 * len(tokens)  # from the start to the end
+    assert np.intersect1d(held, parts.train).size == 0  # nothing held out is trained on
+    assert parts.train.size + held.size == tokens.size
+    assert np.all(np.diff(parts.held_out[:, 0]) > 257)  # separate chunks, not one block
+
+
+def test_a_check_writes_its_json_and_png(checked):
+    out, proc = checked
+    summary = json.loads((out / "proxy-check.json").read_text())
+    assert [m["role"] for m in summary["models"]] == ["sample"] * 3
+    assert summary["text"]["held_out_share"] >= HELD_OUT_SHARE
+    for m in summary["models"]:
+        assert m["tokens"] == 640 and m["seconds"] > 0 and math.isfinite(m["held_out_loss"])
+        assert [c["fraction"] for c in m["checkpoints"]] == [0.25, 0.5, 0.75, 1.0]
+        assert m["decoder_params"] < m["total_params"] and 0 < m["attention_params"] < m["decoder_params"]
+    assert summary["ranking"]["decoder_params"] is None  # 3 models: too few for a ranking, and it says so
+    assert summary["verdict"] == "not enough evidence"
+    assert any("short budget" in line for line in summary["limits"])
+    assert "tokens/s" in proc.stdout and "640" in proc.stdout  # tokens and time per model, printed
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(out / "proxy-check.png")
+    assert pixels.shape[0] > 300 and pixels.std() > 0.05
+    lines = (out / "models.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and "identity" in json.loads(lines[0])  # a header, then one line per model
+
+
+def test_a_rerun_of_other_settings_is_refused_and_restart_discards_it(checked, text_file):
+    out, _ = checked
+    args = [a if a != "640" else "960" for a in TINY]
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, *args, "--out", out), "other settings",
+                    "--restart")
+    again = run_ltsedge("proxy-check", "--text", text_file, *TINY, "--out", out)  # the same settings: all done
+    assert again.returncode == 0 and again.stdout.count("sample ") >= 3
+
+
+def test_a_killed_check_continues_where_it_stopped(tmp_path, text_file):
+    out = tmp_path / "out"
+    args = ["proxy-check", "--text", text_file, *TINY[:-1], "--out", out]
+    args[args.index("640")] = "6400"  # 200 steps: long enough to be killed while a model trains
+    proc = subprocess.Popen([sys.executable, "-m", "ltsedge", *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = out / "models.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 2:  # the header and the first model
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = log.read_text().splitlines()
+    assert 2 <= len(before) <= 3, before  # killed while a later model trained
+    rerun = run_ltsedge(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(before) - 1} already trained, resuming" in rerun.stderr
+    after = log.read_text().splitlines()
+    assert after[:len(before)] == before and len(after) == 4  # nothing finished was trained again
+
+
+def test_several_models_at_once_in_processes_give_what_one_at_a_time_gives(tmp_path, text_file, checked):
+    out, _ = checked
+    parallel = run_ltsedge("proxy-check", "--text", text_file, *TINY, "--parallel", "2", "--out", tmp_path / "p")
+    assert parallel.returncode == 0, parallel.stderr
+    serial = {m["id"]: m["held_out_loss"] for m in json.loads((out / "proxy-check.json").read_text())["models"]}
+    both = {m["id"]: m["held_out_loss"] for m in json.loads((tmp_path / "p" / "proxy-check.json").read_text())["models"]}
+    assert both.keys() == serial.keys()
+    assert all(abs(both[k] - serial[k]) < 1e-4 for k in serial)  # the same recipe, seed and batches
+
+
+def _tokenizer_of(tmp_path, vocab: int):
+    from ltsedge.proxycheck.tokens import train_tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    train_tokenizer(["the quick brown fox jumps over the lazy dog " * 50 + "".join(map(chr, range(33, 1200)))],
+                    vocab).save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing.txt", "not found"),
+    (lambda tmp: _write(tmp / "empty.txt", b""), "is empty"),
+    (lambda tmp: _write(tmp / "data.bin", b"PK\x03\x04\x00\x00binary"), "is binary"),
+    (lambda tmp: _write(tmp / "folder" / "x.bin", b"\x00\x01") and tmp / "folder", "holds no text file"),
+])
+def test_no_text_is_one_line(tmp_path, make, message):
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", make(tmp_path), *TINY, "--out", tmp_path / "o"), message)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_tokenizer_beyond_the_space_s_vocabulary_is_one_line(tmp_path, text_file):
+    tokenizer = _tokenizer_of(tmp_path, 700)  # the smoke space has 512 tokens
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, "--tokenizer", tokenizer, *TINY, "--out",
+                                tmp_path / "o"), "token ids up to", "vocabulary of 512")
+
+
+def test_a_space_without_enough_distinct_sizes_is_one_line(tmp_path, text_file):
+    space = tmp_path / "space.toml"
+    space.write_text("n_layer = [2]\nd_model = [64]\nn_head = [2]\nd_inner = [128]\nd_embed = []\ndiv_val = [1]\n"
+                     "vocab_size = 512\nn_positions = 64\n")
+    args = [a for a in TINY if a not in ("--preset", "smoke")]
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, "--space", space, *args, "--out", tmp_path / "o"),
+                    "1 distinct", "fewer than the 3 models")
+
+
+def _write(path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# --- statistics ---------------------------------------------------------------------------------------
+def test_spearman_counts_ties_and_the_sign_of_loss():
+    assert stats.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert stats.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)  # scipy.stats.spearmanr's value
+    ranked = stats.ranking([1, 2, 3, 4, 5, 6], [6.0, 5.5, 5.0, 4.8, 4.1, 4.0])  # more parameters, lower loss
+    assert ranked["spearman"] == pytest.approx(1.0) and ranked["verdict"] != "ranks poorly"
+
+
+def test_a_wide_interval_is_not_enough_evidence():
+    rng = np.random.default_rng(0)
+    x = rng.random(6)
+    assert stats.ranking(x, rng.random(6))["verdict"] == "not enough evidence"
+
+
+def test_the_leave_one_out_error_is_that_of_refitting_without_each_model():
+    rng = np.random.default_rng(1)
+    features = np.column_stack([rng.random(9) * 5, rng.integers(2, 16, 9)])
+    losses = 6 - 0.3 * features[:, 0] + 0.02 * features[:, 1] + rng.normal(0, 0.05, 9)
+    fitted = stats.fit(features, losses)
+    X = np.column_stack([np.ones(9), features])
+    by_refit = [X[i] @ np.linalg.lstsq(np.delete(X, i, 0), np.delete(losses, i), rcond=None)[0] for i in range(9)]
+    assert np.allclose(fitted["loo_predictions"], by_refit)
