@@ -15,7 +15,8 @@ from ltsedge.errors import LtsedgeError
 INSTALL = {"torch": 'pip install "ltsedge[search]" (on a CPU-only machine: pip install torch --index-url '
                     'https://download.pytorch.org/whl/cpu first)',
            "pymoo": 'pip install "ltsedge[search]"', "scipy": 'pip install "ltsedge[search]"', "safetensors": 'pip install "ltsedge[search]"',
-           "distributed": 'pip install "ltsedge[fleet]"', "onnx_ir": 'pip install "ltsedge[search]"'}
+           "distributed": 'pip install "ltsedge[fleet]"', "onnx_ir": 'pip install "ltsedge[search]"',
+           "tokenizers": 'pip install "ltsedge[proxy]"'}
 
 
 def require(module: str, what: str):

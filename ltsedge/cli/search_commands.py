@@ -81,6 +81,9 @@ def search(
     fresh: bool = typer.Option(False, "--fresh", help="Ignore the store: measure every candidate on this run."),
     restart: bool = typer.Option(False, "--restart", help="Discard a checkpoint in --out and start over."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display; the summary only."),
+    proxy: str = typer.Option("decoder", "--proxy", help="The quality objective: decoder (decoder parameters, the "
+                              "study's proxy) or a proxy-check.json, whose proxy fitted on your text (held-out loss "
+                              "from decoder parameters and depth) NSGA-II then minimises."),
 ) -> None:
     """Search the space for the Pareto frontier of decoder parameters vs latency vs memory on a device."""
     from ltsedge.extras import require
@@ -99,7 +102,7 @@ def search(
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
         target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline, precision=precision,
         quantization=quantization, search_timing=search_timing, resolution=resolution, scheduler=scheduler,
-        machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet,
+        machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet, proxy=proxy,
     )
     with when_scheduler_lost(SEARCH_LOST):
         result = run_search(options)
@@ -119,13 +122,15 @@ def report(
     html: bool = typer.Option(False, "--html", help="The HTML page only."),
     png: bool = typer.Option(False, "--png", help="The PNG pictures only."),
     dest: Optional[Path] = typer.Option(None, "--out", help="Where to write it (default: OUT/report)."),
+    proxy_check: Optional[Path] = typer.Option(None, "--proxy-check", help="An `ltsedge proxy-check` result to show "
+                                               "(default: OUT/proxy-check.json or OUT/proxy-check/proxy-check.json)."),
 ) -> None:
     """Draw a search's report: PNG slices of the frontier and one self-contained HTML page."""
     from ltsedge.report import write_report
 
     both = not html and not png
     # Without --out, into OUT/report/, under OUT's manifest rules (write_report opens it so).
-    files = write_report(out, dest, html=html or both, png=png or both)
+    files = write_report(out, dest, html=html or both, png=png or both, proxy_check=proxy_check)
     for path in files:
         typer.echo(str(path))
 

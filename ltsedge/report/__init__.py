@@ -25,17 +25,19 @@ REPORT_DIR = "report"
 
 
 def write_report(out_dir: str | Path, dest: str | Path | None = None, *, html: bool = True, png: bool = True,
-                 open_path: Callable[[str], Path] | None = None) -> list[Path]:
+                 open_path: Callable[[str], Path] | None = None, proxy_check: str | Path | None = None) -> list[Path]:
     """Draw the report of the search in ``out_dir`` into ``dest`` (default ``out_dir/report``).
 
     ``open_path(name)`` gives the path to write each file at (a search records its files in its
     manifest through it); without it the default ``out_dir/report`` is written under the folder's
-    manifest rules (``report_folder``). Returns the files written."""
+    manifest rules (``report_folder``). ``proxy_check``: an ``ltsedge proxy-check`` result to show (else
+    one kept in ``out_dir``, if any). Returns the files written."""
     if open_path is None and dest is None:
         with report_folder(out_dir) as folder:
-            return write_report(out_dir, html=html, png=png,
+            return write_report(out_dir, html=html, png=png, proxy_check=proxy_check,
                                 open_path=lambda name: folder.path(f"{REPORT_DIR}/{name}"))
     data = load(out_dir)  # before anything is made: a missing or damaged folder leaves no trace
+    check = proxy_check_line(out_dir, proxy_check, data.settings.get("space"))
     dest = Path(dest) if dest is not None else Path(out_dir) / REPORT_DIR
     if open_path is None:
         make_folder(dest)
@@ -55,9 +57,23 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None, *, html: b
 
         prefix = "../" if Path(dest).resolve().parent == Path(out_dir).resolve() else Path(out_dir).resolve().as_uri() + "/"
         path = path_for("index.html")
-        write_file(path, report_html(data, prefix).encode())
+        write_file(path, report_html(data, prefix, check).encode())
         written.append(path)
     return written
+
+
+def proxy_check_line(out_dir: str | Path, given: str | Path | None, space: dict | None) -> str | None:
+    """The line of the proxy-check given, or of one kept in the search's folder (a damaged one found there is
+    left out: it never costs the search its report; one given is read or refused in one line)."""
+    from ltsedge.proxycheck.fitted import check_line, find_check, read_check
+
+    if given is not None:
+        return check_line(read_check(given, "--proxy-check"), space)
+    found = find_check(out_dir)
+    try:
+        return check_line(read_check(found), space) if found is not None else None
+    except LtsedgeError:
+        return None
 
 
 def report_folder(out_dir: str | Path) -> OutputDir:

@@ -16,6 +16,7 @@ import json
 
 from ltsedge.report.data import DRAWN, LATENCIES, SearchData
 from ltsedge.report.png import BASELINE, BUDGET, CANDIDATE, FRONT, INFEASIBLE, SERIES
+from ltsedge.validate import is_number
 
 CSS = """
 :root { --bg: #ffffff; --fg: #1f1f1f; --muted: #666; --line: #ddd; --accent: #0072B2; }
@@ -127,7 +128,8 @@ def page(title: str, body: list[str]) -> str:
             f"</body></html>")
 
 
-def report_html(data: SearchData, link_prefix: str = "../") -> str:
+def report_html(data: SearchData, link_prefix: str = "../", proxy_check: str | None = None) -> str:
+    """The page; ``proxy_check``: the line of an ``ltsedge proxy-check`` of the space, shown under the frontier."""
     field = data.objective_field()
     body = [f"<h1>ltsedge search: {html.escape(data.name)}</h1>",
             f"<p class='muted'>{len(data.candidates)} candidates, {len(data.frontier)} on the frontier, objective "
@@ -137,6 +139,8 @@ def report_html(data: SearchData, link_prefix: str = "../") -> str:
     body.append(_figure_html(front_3d(data), "front-3d"))
     body.append(_figure_html(history_figure(data), "history"))
     body.append("<h2>Frontier</h2>" + _frontier_table(data, field, link_prefix))
+    if proxy_check:
+        body.append(f"<h2>Does the proxy hold on your text?</h2><p>{html.escape(proxy_check)}</p>")
     if data.baseline:
         body.append("<h2>Against the layer-scaled baseline</h2>" + _baseline_table(data))
     failed = [c for c in data.candidates if not c.ok and c.source != "skipped"]  # skipped: outside the budgets
@@ -224,12 +228,23 @@ def _settings(data: SearchData) -> str:
     fp = data.fingerprint
     items = {"machine": f"{fp.get('cpu_model')} ({fp.get('arch')}, {fp.get('logical_cores')} cores)",
              "board": fp.get("board"), "onnxruntime": fp.get("onnxruntime"), "device profile": data.device,
-             "objective": data.objective, "space": json.dumps(data.settings.get("space")),
+             "objective": data.objective, "quality objective": _quality(data.settings.get("proxy")),
+             "space": json.dumps(data.settings.get("space")),
              "population × generations": f"{data.settings.get('population')} × {data.settings.get('generations')}",
              "budgets": json.dumps({k: v for k, v in data.budgets.items() if v is not None}) or "none",
              "wall time": f"{(data.summary.get('wall_seconds') or 0) / 60:.1f} min"}
     return "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in items.items()
                             if v is not None) + "</dl>"
+
+
+def _quality(proxy) -> str:
+    """What NSGA-II ranked quality by: decoder parameters, or the proxy a proxy-check fitted."""
+    if not isinstance(proxy, dict):
+        return "decoder parameters"
+    a, b, c = (proxy.get(k) for k in "abc")
+    if not all(is_number(v) for v in (a, b, c)):
+        return "a proxy fitted by ltsedge proxy-check"
+    return f"held-out loss fitted by ltsedge proxy-check: {a:.3f} {b:+.4f} ln(decoder parameters) {c:+.4f} n_layer"
 
 
 def _text(value) -> str:

@@ -53,6 +53,7 @@ class SearchOptions:
     fresh: bool = False
     restart: bool = False
     quiet: bool = False
+    proxy: str = "decoder"  # the quality objective: decoder parameters, or a proxy-check's JSON (its fitted proxy)
 
 
 def resolve(options: SearchOptions):
@@ -83,10 +84,17 @@ def resolve(options: SearchOptions):
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
         seed_baseline=options.seed_baseline, timing=options.search_timing, resolution=options.resolution,
-        quantization=options.quantization,
+        quantization=options.quantization, proxy=_proxy(options.proxy, space.backbone),
         precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )
     return settings, profile
+
+
+def _proxy(given: str, backbone: str):
+    """None for decoder parameters (the study's proxy), else the fitted proxy of a proxy-check's file."""
+    from ltsedge.proxycheck.fitted import PROXIES, load_proxy
+
+    return None if given in PROXIES else load_proxy(given, backbone)
 
 
 def _objective(given: str | None, backbone) -> str:

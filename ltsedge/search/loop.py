@@ -170,7 +170,7 @@ class SearchRun:
             # beyond it are measured when the front is published (finish.py), so every point is judged alike.
             seeds = seeds_in_space(s.baseline, s.space, limit=max(1, s.population // 2))
         algorithm = NSGA2(pop_size=s.population, **make_operators(s.space, s.prob_gene, seeds))
-        algorithm.setup(ArchitectureProblem(s.space, s.budgets), termination=MaximumGenerationTermination(s.generations),
+        algorithm.setup(ArchitectureProblem(s.space, s.budgets, s.proxy), termination=MaximumGenerationTermination(s.generations),
                         seed=s.seed, verbose=False)
         resumed = load_checkpoint(self.out_dir, identity, algorithm)
         if resumed is not None:
@@ -192,7 +192,7 @@ class SearchRun:
             pop = algorithm.ask()
             archs = [self.settings.space.decode(x) for x in pop.get("X")]
             candidates = evaluator.evaluate(archs, self.state.generation + 1)
-            F, G = zip(*(problem.objectives(c.params.decoder_params, c.latency_ms, c.memory_mb, c.ok)
+            F, G = zip(*(problem.objectives(c.params.decoder_params, c.latency_ms, c.memory_mb, c.ok, c.arch)
                          for c in candidates))
             Evaluator().eval(StaticProblem(problem, F=list(F), G=list(G)), pop)
             algorithm.tell(infills=pop)  # -> GenerationCallback: hypervolume, front size, progress

@@ -3,7 +3,9 @@
 Nothing here measures anything: the search loop (``loop.py``) asks NSGA-II for a batch, evaluates it
 through the store and the runners, and tells NSGA-II the objectives and constraints.
 
-Objectives (all minimised): -decoder parameters (the perplexity proxy), latency, peak memory.
+Objectives (all minimised): -decoder parameters (the perplexity proxy), latency, peak memory; with a
+fitted proxy (``ltsedge proxy-check``, ``--proxy FILE``), its predicted held-out loss instead of -decoder
+parameters.
 Constraints (<= 0 is feasible): one per budget, plus one that a failed measurement violates.
 """
 
@@ -26,22 +28,25 @@ FAILED_PENALTY = 1e9  # objective value given to a candidate that could not be m
 class ArchitectureProblem(Problem):
     """Integer genes in [0, upper bound]; evaluation happens outside (ask/tell)."""
 
-    def __init__(self, space: SearchSpace, budgets: Budgets):
+    def __init__(self, space: SearchSpace, budgets: Budgets, quality=None):
         self.space = space
         self.budgets = budgets
+        self.quality = quality  # a fitted proxy (proxycheck.fitted.FittedProxy); None: decoder parameters
         super().__init__(n_var=space.n_genes, n_obj=3, n_ieq_constr=1 + len(budgets.active()),
                          xl=np.zeros(space.n_genes), xu=np.array(space.upper_bounds), vtype=int)
 
-    def objectives(self, params: int, latency_ms: float | None, memory_mb: float | None, ok: bool):
-        """(F, G) rows for one evaluated candidate."""
-        if not ok:
-            return [0.0, FAILED_PENALTY, FAILED_PENALTY], [1.0] + [FAILED_PENALTY] * len(self.budgets.active())
+    def objectives(self, params: int, latency_ms: float | None, memory_mb: float | None, ok: bool, arch=None):
+        """(F, G) rows for one evaluated candidate (``arch``: what a fitted proxy predicts from)."""
+        if not ok:  # the worst quality either objective can have: no parameters, or an unreachable loss
+            worst = FAILED_PENALTY if self.quality is not None else 0.0
+            return [worst, FAILED_PENALTY, FAILED_PENALTY], [1.0] + [FAILED_PENALTY] * len(self.budgets.active())
         values = {"max_latency_ms": latency_ms, "max_memory_mb": memory_mb, "min_params": params, "max_params": params}
         g = []
         for name in self.budgets.active():
             budget = getattr(self.budgets, name)
             g.append(budget - values[name] if name == "min_params" else values[name] - budget)
-        return [-float(params), float(latency_ms), float(memory_mb)], [-1.0] + g
+        quality = self.quality.predict(arch) if self.quality is not None else -float(params)
+        return [quality, float(latency_ms), float(memory_mb)], [-1.0] + g
 
 
 class SpaceSampling(Sampling):

@@ -47,6 +47,9 @@ class SearchSettings:
     # factor in each objective (0: the whole front; pareto.thin)
     resolution: float = 0.1
     quantization: QuantOptions | None = None  # how the precision is reached (None: onnxruntime's defaults, as ltsedge sets them)
+    # NSGA-II's quality objective: None, decoder parameters (the study's proxy); or a proxy a check fitted on
+    # the user's text (proxycheck.fitted.FittedProxy), part of the identity so a resume cannot switch proxies
+    proxy: object | None = None
 
     def __post_init__(self) -> None:
         if self.timing is None:
@@ -85,7 +88,9 @@ class SearchSettings:
                 "budgets": self.budgets.to_dict(), "prob_gene": self.prob_gene, "target_ort": self.target_ort,
                 "objective": self.objective, "racing": self.racing, "measure": self.measure,
                 "seed_baseline": self.seed_baseline, "precision": self.precision, "timing": self.timing,
-                "quantization": self.quantization.for_precision(self.precision) if self.quantization else None}
+                "quantization": self.quantization.for_precision(self.precision) if self.quantization else None,
+                # only when set: the identities of searches of decoder parameters stay what they were
+                **({"proxy": self.proxy.identity()} if self.proxy is not None else {})}
 
     def measuring_profile(self, profile: DeviceProfile) -> DeviceProfile:
         """The profile the search's candidates are measured with (its repeat policy per ``timing``)."""

@@ -1,0 +1,91 @@
+"""A check's result read back, without torch: the fitted proxy a search may optimise (``--proxy FILE``), and
+the line a search's report shows.
+
+The fitted proxy predicts held-out loss from ``ln(decoder parameters)`` and ``n_layer`` (``report.FORM``),
+with the coefficients the check fitted on the user's text. It ranks architectures of the backbone it was
+fitted on; a file of another backbone is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ltsedge.architecture import Architecture
+from ltsedge.errors import LtsedgeError
+from ltsedge.files import parse_json, read_text
+from ltsedge.proxy import count_params
+from ltsedge.proxycheck import RESULT
+from ltsedge.validate import is_number
+
+PROXIES = ("decoder",)  # the built-in proxy names; anything else is a check's file
+
+
+@dataclass(frozen=True)
+class FittedProxy:
+    a: float
+    b: float  # per ln(decoder parameters)
+    c: float  # per layer
+    backbone: str
+    sha256: str  # of the check's file: a resumed search must use the same one
+    loo_rmse: float | None
+
+    def predict(self, arch: Architecture) -> float:
+        """The held-out loss the check's fit predicts for ``arch`` (lower is better)."""
+        return self.a + self.b * math.log(max(count_params(arch).decoder_params, 1)) + self.c * arch.n_layer
+
+    def identity(self) -> dict:
+        return {"kind": "fitted", "a": self.a, "b": self.b, "c": self.c, "backbone": self.backbone,
+                "sha256": self.sha256}
+
+
+def read_check(path: str | Path, what: str = "proxy-check result") -> dict:
+    """A check's JSON, its fields a report or a search reads checked (a copied file may be damaged)."""
+    text = read_text(path, what)
+    data = parse_json(text, f"{what} {path}")
+    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("ranking"), dict) \
+            or not isinstance(data.get("space"), dict):
+        raise LtsedgeError(f"{what} {path} is not the JSON of an ltsedge proxy-check")
+    data["_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    return data
+
+
+def load_proxy(path: str | Path, backbone: str) -> FittedProxy:
+    """``--proxy FILE``: the fitted proxy of a check of ``backbone``'s space."""
+    data = read_check(path, "--proxy")
+    fitted = data.get("fitted")
+    coefficients = fitted.get("coefficients") if isinstance(fitted, dict) else None
+    if not isinstance(coefficients, dict) or not all(is_number(coefficients.get(k)) and math.isfinite(coefficients[k])
+                                                     for k in "abc"):
+        raise LtsedgeError(f"--proxy {path} holds no fitted proxy (a check fits one from 5 models up)")
+    checked = data["space"].get("backbone")
+    if checked != backbone:
+        raise LtsedgeError(f"--proxy {path} was fitted on a {checked} space, not this search's {backbone}")
+    loo = fitted.get("loo_rmse")
+    return FittedProxy(float(coefficients["a"]), float(coefficients["b"]), float(coefficients["c"]), backbone,
+                       data["_sha256"], float(loo) if is_number(loo) else None)
+
+
+def find_check(out_dir: str | Path) -> Path | None:
+    """A check's result kept with a search: ``OUT/proxy-check.json`` or ``OUT/proxy-check/proxy-check.json``."""
+    for path in (Path(out_dir) / RESULT, Path(out_dir) / "proxy-check" / RESULT):
+        if path.is_file():
+            return path
+    return None
+
+
+def check_line(data: dict, space: dict | None) -> str:
+    """One line for a search's report: the check's Spearman with its interval and verdict, and whether it was
+    of this search's space."""
+    r = data["ranking"].get("decoder_params")
+    if not isinstance(r, dict) or not all(is_number(r.get(k)) for k in ("spearman", "low", "high", "models")):
+        head = "too few models for a ranking"
+    else:
+        head = (f"Spearman(decoder parameters, -held-out loss) {r['spearman']:.2f} "
+                f"[{r['low']:.2f}, {r['high']:.2f}] over {r['models']} models: {r.get('verdict', '')}")
+    where = "this search's space" if space is not None and data["space"] == space else "another space than this search's"
+    text = data.get("text") if isinstance(data.get("text"), dict) else {}
+    tokens = f", {data['tokens_per_model']:,} tokens per model" if is_number(data.get("tokens_per_model")) else ""
+    return f"{head} (on {text.get('source', 'the text')}{tokens}; {where})"
