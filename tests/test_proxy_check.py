@@ -142,7 +142,8 @@ def test_several_models_at_once_in_processes_give_what_one_at_a_time_gives(tmp_p
     parallel = run_ltsedge("proxy-check", "--text", text_file, *TINY, "--parallel", "2", "--out", tmp_path / "p")
     assert parallel.returncode == 0, parallel.stderr
     serial = {m["id"]: m["held_out_loss"] for m in json.loads((out / "proxy-check.json").read_text())["models"]}
-    both = {m["id"]: m["held_out_loss"] for m in json.loads((tmp_path / "p" / "proxy-check.json").read_text())["models"]}
+    result = json.loads((tmp_path / "p" / "proxy-check.json").read_text())
+    both = {m["id"]: m["held_out_loss"] for m in result["models"]}
     assert both.keys() == serial.keys()
     assert all(abs(both[k] - serial[k]) < 1e-4 for k in serial)  # the same recipe, seed and batches
 

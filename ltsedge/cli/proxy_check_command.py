@@ -11,8 +11,9 @@ import typer
 
 def proxy_check(
     text: Path = typer.Option(..., "--text", help="The text to train on: a file, or a folder of text files."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizers JSON (tokenizer.json) whose ids "
-                                             "fit the space's vocab_size; default: a byte-level BPE trained on the text."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizers JSON (tokenizer.json) whose "
+                                             "ids fit the space's vocab_size; default: a byte-level BPE trained on "
+                                             "the text."),
     space_file: Optional[Path] = typer.Option(None, "--space", help="Search-space TOML (as `ltsedge search --space`)."),
     preset: str = typer.Option("default", "--preset", help="default | quick | smoke | opt: the preset's space."),
     backbone: Optional[str] = typer.Option(None, "--backbone", help="gpt2 | transfo_xl | opt | llama (default: the "
@@ -24,7 +25,7 @@ def proxy_check(
                                                  "many as --models; 0: none)."),
     depths: int = typer.Option(4, "--depths", min=0, max=32, help="Depths of the equal-parameter set (0: none)."),
     tokens_per_model: Optional[int] = typer.Option(None, "--tokens-per-model", min=1, help="Training tokens per "
-                                                   "model (default: 20,000,000 on a GPU, 2,000,000 on a CPU)."),
+                                                   "model (default: 20,000,000 on a GPU, 1,000,000 on a CPU)."),
     max_params: Optional[int] = typer.Option(None, "--max-params", min=1, help="Largest decoder-parameter count "
                                              "sampled (a CPU trains a 100 M model for hours)."),
     batch: int = typer.Option(64, "--batch", min=1, max=65536, help="Sequences per step."),
@@ -58,7 +59,8 @@ def proxy_check(
     options = CheckOptions(text=text, tokenizer=tokenizer, space_file=space_file, preset=preset, backbone=backbone,
                            models=models, control_models=control_models, depths=depths,
                            tokens_per_model=tokens_per_model, max_params=max_params, batch=batch, sequence=sequence,
-                           device=device, parallel=parallel, threads=threads, seed=seed, out=out, restart=restart, quiet=quiet)
+                           device=device, parallel=parallel, threads=threads, seed=seed, out=out, restart=restart,
+                           quiet=quiet)
     summary = run_check(options, log=lambda m: typer.echo(m, err=True))
     for line in report.lines(summary):
         typer.echo(line)

@@ -85,7 +85,8 @@ def check_line(data: dict, space: dict | None) -> str:
     else:
         head = (f"Spearman(decoder parameters, -held-out loss) {r['spearman']:.2f} "
                 f"[{r['low']:.2f}, {r['high']:.2f}] over {r['models']} models: {r.get('verdict', '')}")
-    where = "this search's space" if space is not None and data["space"] == space else "another space than this search's"
+    same = space is not None and data["space"] == space
+    where = "this search's space" if same else "another space than this search's"
     text = data.get("text") if isinstance(data.get("text"), dict) else {}
     tokens = f", {data['tokens_per_model']:,} tokens per model" if is_number(data.get("tokens_per_model")) else ""
     return f"{head} (on {text.get('source', 'the text')}{tokens}; {where})"

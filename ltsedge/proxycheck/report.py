@@ -77,7 +77,8 @@ def _checkpoints(sample: list[dict]) -> list[dict]:
     out = []
     for i, mark in enumerate(sample[0]["checkpoints"]):
         losses = [m["checkpoints"][i]["held_out_loss"] for m in sample]
-        ranked = stats.ranking([m["decoder_params"] for m in sample], losses) if all(map(math.isfinite, losses)) else None
+        finite = all(map(math.isfinite, losses))
+        ranked = stats.ranking([m["decoder_params"] for m in sample], losses) if finite else None
         out.append({"fraction": mark["fraction"], "tokens": mark["tokens"],
                     "spearman": ranked["spearman"] if ranked else None})
     return out
@@ -109,7 +110,8 @@ def write_png(summary: dict, path: Path, write) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    styles = {"sample": ("o", "tab:blue", "sample of the space"), "control": ("s", "tab:orange", "control: standard GPT-2 layers"),
+    styles = {"sample": ("o", "tab:blue", "sample of the space"),
+              "control": ("s", "tab:orange", "control: standard GPT-2 layers"),
               "depth": ("^", "tab:green", "equal parameters, several depths")}
     for role, (marker, colour, label) in styles.items():
         models = [m for m in summary["models"] if m["role"] == role and m.get("held_out_loss") is not None]
@@ -147,8 +149,9 @@ def lines(summary: dict) -> list[str]:
            f"{'seconds':>8} {'tokens/s':>9}"]
     for m in summary["models"]:
         loss = f"{m['held_out_loss']:.4f}" if m.get("held_out_loss") is not None else "diverged"
-        out.append(f"{m['role']:8} {m['id']:28} {m['n_layer']:>6} {m['d_model']:>7} {_millions(m['decoder_params']):>9} "
-                   f"{loss:>9} {m['tokens']:>10,} {m['seconds']:>8.1f} {m.get('tokens_per_second') or 0:>9,.0f}")
+        out.append(f"{m['role']:8} {m['id']:28} {m['n_layer']:>6} {m['d_model']:>7} "
+                   f"{_millions(m['decoder_params']):>9} {loss:>9} {m['tokens']:>10,} {m['seconds']:>8.1f} "
+                   f"{m.get('tokens_per_second') or 0:>9,.0f}")
     out.append("")
     for key in (*COUNTS, FITTED):
         if summary["ranking"].get(key):

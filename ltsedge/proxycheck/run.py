@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,7 @@ from ltsedge.space import SearchSpace
 
 PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG = "plan.json", "tokenizer.json", "tokens.bin", "tokens.json", "models.jsonl"
 OUTPUTS = (PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG, RESULT, PICTURE)
-DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 2_000_000}  # per model (see docs/proxy-check.md for what they give)
+DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 1_000_000}  # per model (docs/proxy-check.md: what a CPU hour affords)
 DEFAULT_SEQUENCE = 256
 DEFAULT_PARALLEL = {"cuda": 4, "cpu": 1}  # models trained at once: small models leave a GPU mostly idle
 REPEAT_WARNING = 2.0  # passes over the training text per model above which memorising gets a say
@@ -68,7 +68,6 @@ class CheckOptions:
     out: Path = Path("ltsedge-proxy-check")
     restart: bool = False
     quiet: bool = False
-    extra: dict = field(default_factory=dict)  # recipe fields beyond batch and sequence (lr, warmup, ...)
 
 
 def resolve_space(preset: str, space_file: Path | None, backbone: str | None) -> SearchSpace:
@@ -92,9 +91,10 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
     space = resolve_space(options.preset, options.space_file, options.backbone)
     device = pick_device(options.device)
     if device == "cuda" and not torch.cuda.is_available():
-        raise LtsedgeError("--device cuda: torch sees no CUDA GPU here (install a CUDA build of torch, or use --device cpu)")
+        raise LtsedgeError("--device cuda: torch sees no CUDA GPU on this machine (install a CUDA build of torch, "
+                           "or use --device cpu)")
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    recipe = Recipe(batch=options.batch, sequence=_sequence(options.sequence, space), **options.extra)
+    recipe = Recipe(batch=options.batch, sequence=_sequence(options.sequence, space))
     per_model = options.tokens_per_model or DEFAULT_TOKENS[kind]
     text = read_text(options.text)
     roles = _sample(space, options)  # a space that cannot give the models is refused before any work
@@ -119,7 +119,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
         todo = [p for p in planned if p.index not in done]
         if todo:
             _train(todo, planned, done, parts, recipe, per_model, device, kind, options, outdir, identity, log,
-                   data=tokens_data(outdir, ids, recipe, options.seed))
+                   data=_tokens_data(outdir, ids, recipe, options.seed))
         missing = [p for p in planned if p.index not in done]
         summary = report.summarize([done[p.index] for p in planned if p.index in done], plan)
         summary["missing"] = [p.arch.id for p in missing]
@@ -129,7 +129,7 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
         return summary
 
 
-def tokens_data(outdir: OutputDir, ids: np.ndarray, recipe, seed: int):
+def _tokens_data(outdir: OutputDir, ids: np.ndarray, recipe, seed: int):
     from ltsedge.proxycheck.workers import Data
 
     return Data(str(outdir.path(TOKENS)), ids.dtype.str, recipe.sequence + 1, seed)

@@ -53,7 +53,8 @@ def load_tokenizer(path: Path, vocab_size: int):
     try:
         tokenizer = tk.Tokenizer.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - the Rust library raises plain Exceptions for any bad file
-        raise LtsedgeError(f"--tokenizer {path} is not a tokenizers JSON file ({str(e).splitlines()[0][:120]})") from None
+        why = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise LtsedgeError(f"--tokenizer {path} is not a tokenizers JSON file ({why})") from None
     top = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
     if top >= vocab_size:
         raise LtsedgeError(f"--tokenizer {path} has token ids up to {top}, beyond the space's vocabulary of "

@@ -61,7 +61,8 @@ def flops_per_token(arch: Architecture, sequence: int) -> float:
     """Training FLOPs per token, roughly: 6 per weight a token passes (decoder and output layer) and the
     attention scores of each attention layer. For ETAs and for spreading models over processes only."""
     output = arch.vocab_size * (arch.d_embed or arch.d_model)
-    return 6.0 * (count_params(arch).decoder_params + output) + 12.0 * len(arch.attention_layers) * sequence * arch.d_model
+    attention = 12.0 * len(arch.attention_layers) * sequence * arch.d_model
+    return 6.0 * (count_params(arch).decoder_params + output) + attention
 
 
 def pick_device(name: str) -> str:
