@@ -34,7 +34,9 @@ def candidate_model_key(arch, options=None) -> str:
     stay): the variant; where it gives another graph than the per-layer one (which every key without it
     has always meant), a generate variant's KV-cache layout; a precision other than fp32 (an int8 figure
     never answers for fp32) with any of its quantization options (``QuantOptions``) other than the
-    defaults; weights in an external data file when asked for (``data=external``: they load otherwise)."""
+    defaults; weights in an external data file when asked for (``data=external``: they load otherwise); a graph
+    form other than plain (``form=contrib``: onnxruntime's fused operators, the default of some backbones for
+    targets that run them, ``ExportOptions.graph_form_of``)."""
     from ltsedge.backbones import get_backbone
     from ltsedge.exporters.options import ExportOptions
 
@@ -54,6 +56,9 @@ def candidate_model_key(arch, options=None) -> str:
         layout = options.cache_layout or DEFAULT_CACHE_LAYOUT
         if layout_changes_graph(arch, layout):
             settings["cache"] = layout
+    form = options.graph_form_of(backbone)
+    if form != "plain":  # every key without a form is of the plain graph
+        settings["form"] = form
     if options.precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
         settings["precision"] = options.precision
         quantization = options.quantization.key(options.precision) if options.quantization is not None else None

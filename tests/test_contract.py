@@ -10,7 +10,9 @@ around each test here, one line each).
 - the exports declare their I/O spec, and ``export_model``'s own shared weights are the reference model's;
 - the generate bundle carries onnxruntime-genai's config exactly where the backbone declares
   ``genai_compatible``, and onnxruntime-genai generates the reference's tokens from it;
-- the exported bytes of each architecture and variant are pinned (``PINS``).
+- the exported bytes of each architecture and variant are pinned (``PINS``);
+- each graph form a backbone has besides its default export's (``graph_forms``: onnxruntime's fused operators)
+  is held to all of the above too, exported for the oldest onnxruntime that runs it (``FORM_TARGETS``).
 
 Which architectures a backbone is held to follows from what it declares: PAR layers where
 ``supports_block_types``, adaptive embeddings where ``supports_adaptive``, grouped key/value heads, a head
@@ -50,6 +52,7 @@ CPU = ["CPUExecutionProvider"]
 TOL = 1e-3
 VARIANTS = ("forward", "generate")
 OLDEST_TARGET = "1.14"  # opset 18: GELU as its erf formula, where the default target's 21 has the Gelu operator
+FORM_TARGETS = {"contrib": "1.22"}  # the oldest onnxruntime each graph form runs in (exporters.options)
 
 
 def contract_backbones():
@@ -79,26 +82,43 @@ def contract_archs(backbone) -> dict[str, dict]:
     grouped = {k: v for k, v in grouped.items() if k in backbone.architecture_fields}
     if grouped:
         archs["grouped"] = dict(small, n_layer=3, n_head=(4, 6, 2), d_inner=(40, 56, 24), **grouped)
+        if "contrib" in backbone.graph_forms:  # a head size fused attention takes (a multiple of 16; 12 is not)
+            archs["fused_grouped"] = dict(archs["grouped"], head_dim=16)
     return archs
 
 
-def fast_kind(backbone) -> str:
+def fast_kind(backbone, form: str | None = None) -> str:
     """The architecture the fast loop (``-m "not slow"``) checks a backbone on: the one with the most of what
-    it declares (adaptive embeddings with PAR layers, PAR layers, grouped heads, or plain); the others are
-    ``slow``."""
-    return next(kind for kind in ("adaptive", "par", "grouped", "plain") if kind in contract_archs(backbone))
+    it declares (adaptive embeddings with PAR layers, PAR layers, grouped heads, or plain; grouped heads its
+    fused attention takes for the contrib form); the others are ``slow``."""
+    kinds = ("fused_grouped",) if form == "contrib" else ("adaptive", "par", "grouped", "plain")
+    return next(kind for kind in kinds if kind in contract_archs(backbone))
+
+
+def extra_forms(backbone) -> list[str]:
+    """The graph forms a backbone has besides the one its default export is in."""
+    default = ExportOptions().graph_form_of(backbone)
+    return [form for form in backbone.graph_forms if form != default]
 
 
 def cases(*, variants: bool = False, all_fast: bool = False):
-    """(backbone, architecture kind[, variant]) for every backbone, as pytest params."""
+    """(backbone, architecture kind[, variant], graph form) for every backbone, as pytest params: the form None
+    (the default export) and each of ``extra_forms``."""
     out = []
     for name, backbone in BACKBONES.items():
-        for kind in contract_archs(backbone):
-            marks = () if all_fast or kind == fast_kind(backbone) else (pytest.mark.slow,)
-            for variant in (VARIANTS if variants else (None,)):
-                values = (name, kind) if variant is None else (name, kind, variant)
-                out.append(pytest.param(*values, id="-".join(values), marks=marks))
+        for form in (None, *extra_forms(backbone)):
+            for kind in contract_archs(backbone):
+                marks = () if all_fast or kind == fast_kind(backbone, form) else (pytest.mark.slow,)
+                for variant in (VARIANTS if variants else (None,)):
+                    values = (name, kind) if variant is None else (name, kind, variant)
+                    out.append(pytest.param(*values, form, id="-".join(values + ((form,) if form else ())),
+                                            marks=marks))
     return out
+
+
+def form_options(form: str | None) -> dict:
+    """The ExportOptions fields of a case's graph form (none for the default export)."""
+    return {} if form is None else {"graph_form": form, "target_ort": FORM_TARGETS[form]}
 
 
 @contextlib.contextmanager
@@ -258,12 +278,13 @@ def test_the_proxy_counts_as_transformers_builds_the_bundles_config(name, backbo
 # --- export --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,kind", cases())
-def test_forward_equals_pytorch(name, kind, backbone):
+@pytest.mark.parametrize("name,kind,form", cases())
+def test_forward_equals_pytorch(name, kind, form, backbone):
     arch = arch_of(backbone, kind)
     model = randomized(backbone, arch)
-    for target in (None, OLDEST_TARGET):
-        exported = export_model(arch, ExportOptions(variant="forward", target_ort=target), weights=model.state_dict())
+    for target in ((None, OLDEST_TARGET) if form is None else (FORM_TARGETS[form],)):
+        exported = export_model(arch, ExportOptions(variant="forward", target_ort=target, graph_form=form),
+                                weights=model.state_dict())
         assert declared(exported) == backbone.export_spec(arch, "forward")
         session = session_of(exported)
         rng = np.random.default_rng(0)
@@ -274,15 +295,15 @@ def test_forward_equals_pytorch(name, kind, backbone):
             assert np.abs(logits - reference_logits(model, ids)).max() <= TOL, (target, batch, seq)
 
 
-@pytest.mark.parametrize("name,kind", cases())
-def test_generate_equals_pytorch_and_cached_greedy_equals_uncached(name, kind, backbone):
+@pytest.mark.parametrize("name,kind,form", cases())
+def test_generate_equals_pytorch_and_cached_greedy_equals_uncached(name, kind, form, backbone):
     arch = arch_of(backbone, kind)
     if "generate" not in backbone.variants:
         with pytest.raises(LtsedgeError, match="no export variant 'generate'"):
             export_model(arch, ExportOptions(variant="generate"))
         pytest.skip(f"backbone {name} declares no generate variant")
     model = randomized(backbone, arch, seed=1)
-    exported = export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict())
+    exported = export_model(arch, ExportOptions(variant="generate", **form_options(form)), weights=model.state_dict())
     spec = declared(exported)
     assert spec == backbone.export_spec(arch, "generate", **({"cache_layout": exported.cache_layout}
                                                             if backbone.kv_cache else {}))
@@ -303,26 +324,27 @@ def test_generate_equals_pytorch_and_cached_greedy_equals_uncached(name, kind, b
         assert max(np.abs(a - b).max() for a, b in zip(got.logits, want_logits)) <= TOL
 
 
-@pytest.mark.parametrize("name,kind", cases())
-def test_the_exports_own_shared_weights_are_the_reference_models(name, kind, backbone):
+@pytest.mark.parametrize("name,kind,form", cases())
+def test_the_exports_own_shared_weights_are_the_reference_models(name, kind, form, backbone):
     """``export_model`` without weights: the reference built from ``weight_seed`` with shared weights."""
     arch = arch_of(backbone, kind)
     model = backbone.build_model(arch, seed=weight_seed(arch), shared_weights=True)
     ids = np.random.default_rng(4).integers(0, arch.vocab_size, (2, 9))
     for variant in backbone.variants:
-        exported = export_model(arch, ExportOptions(variant=variant))
+        exported = export_model(arch, ExportOptions(variant=variant, **form_options(form)))
         session = ort.InferenceSession(exported.to_bytes(), providers=CPU)
         logits = prefill_logits(session, declared(exported), ids)
         assert np.abs(logits - reference_logits(model, ids)).max() <= TOL, variant
 
 
-@pytest.mark.parametrize("name,kind", cases())
-def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, kind, backbone, tmp_path):
+@pytest.mark.parametrize("name,kind,form", cases())
+def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, kind, form, backbone, tmp_path):
     if "generate" not in backbone.variants:
         pytest.skip(f"backbone {name} declares no generate variant: it has no bundle")
     arch = arch_of(backbone, kind)
     model = randomized(backbone, arch, seed=7)
-    files = write_bundle(export_model(arch, ExportOptions(variant="generate"), weights=model.state_dict()), tmp_path)
+    files = write_bundle(export_model(arch, ExportOptions(variant="generate", **form_options(form)),
+                                      weights=model.state_dict()), tmp_path)
     assert ("genai_config.json" in files) == backbone.genai_compatible
     if not backbone.genai_compatible:
         pytest.skip(f"backbone {name} declares no onnxruntime-genai support (genai_compatible)")
@@ -337,11 +359,11 @@ def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, 
 
 # --- pins ----------------------------------------------------------------------------------------
 
-# The graph_version the pins below are of, and (backbone, architecture, variant) -> sha256 of the default
-# export's bytes, metadata aside (it carries the ltsedge version). A test failing here means the exported
+# The graph_version the pins below are of, and (backbone, architecture, variant[, graph form]) -> sha256 of the
+# default export's bytes (or the form's, exported for FORM_TARGETS), metadata aside (it carries the ltsedge version). A test failing here means the exported
 # graph (or its weights) changed: when intended, bump the backbone's graph_version, so that stored figures
 # of the old graph are never reused, and update the pins and PINNED_GRAPH_VERSION in the same commit.
-PINNED_GRAPH_VERSION = {"gpt2": 1, "opt": 1, "transfo_xl": 1, "llama": 1, "toy": 1}
+PINNED_GRAPH_VERSION = {"gpt2": 1, "opt": 1, "transfo_xl": 1, "llama": 2, "toy": 1}
 PINS = {
     ("gpt2", "plain", "forward"): "8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
     ("gpt2", "plain", "generate"): "84632677bdf8b40f0f0fad5febd751ecfde643e7887337fba5883d654b521a5e",
@@ -373,19 +395,29 @@ PINS = {
     ("llama", "plain", "generate"): "cd9aa541ef5b792065e0f7ccd0d4377da30654a879e19d54aa58311145907413",
     ("llama", "grouped", "forward"): "eda3161c32d39e8aa63811ebfa712a70edef2fb0d4f53fb7f392c581fa91c4df",
     ("llama", "grouped", "generate"): "6bf2a8c15ea14d7404ddbf7761beb35e20c035d162df7c5b2b1693e9fc43a9da",
+    ("llama", "fused_grouped", "forward"): "29a9d2b5038a035b6e6aac8161764d93053b5293b5d6d79dfb446c2fc86feaa6",
+    ("llama", "fused_grouped", "generate"): "b64a1549358e5897692625a874356674038c939348543393890d19b074e64ae2",
+    # the contrib form, exported for onnxruntime 1.22 (FORM_TARGETS)
+    ("llama", "plain", "forward", "contrib"): "530037a4f8bf88a031b15e1a4a3f7814af0b585d89f59f7d8c9952c75ca2fcfa",
+    ("llama", "plain", "generate", "contrib"): "fb01f2933f5d062d75586e6b531f20299d495a37504cdcc58f491ac68a9d7044",
+    ("llama", "grouped", "forward", "contrib"): "546bb54561fff25a0da37c79f496d25258ef395443b313df9c966210a75ed093",
+    ("llama", "grouped", "generate", "contrib"): "94cc0d51f680b688ab91f126dcbc5ec3b01810ab9789ec54a8e91b403cdfdaa4",
+    ("llama", "fused_grouped", "forward", "contrib"): "0c387b306c65f042a42001c8c244bb502f9fa0a4635d7feed6aa959bd0bf9c61",
+    ("llama", "fused_grouped", "generate", "contrib"): "58dca29bb11138715ec6628a5ac7f69d922810a1a90fbca49559e7c328ec7553",
     ("toy", "plain", "forward"): "7521394f4af9e8dec01e34627945a3a814e2a09ef7a7497e1b86ea6c2d718fc2",
 }
 
 
-@pytest.mark.parametrize("name,kind,variant", cases(variants=True, all_fast=True))  # exports only: cheap
-def test_exported_bytes_are_pinned(name, kind, variant, backbone):
+@pytest.mark.parametrize("name,kind,variant,form", cases(variants=True, all_fast=True))  # exports only: cheap
+def test_exported_bytes_are_pinned(name, kind, variant, form, backbone):
     if variant not in backbone.variants:
         pytest.skip(f"backbone {name} declares no {variant} variant")
     arch = arch_of(backbone, kind)
-    options = ExportOptions(variant=variant)
+    options = ExportOptions(variant=variant, **form_options(form))
     digest = graph_digest(export_model(arch, options).to_bytes())
     key = options.model_key(arch)
-    assert (name, kind, variant) in PINS, f"no pin: add ({name!r}, {kind!r}, {variant!r}): {digest!r}  # {key}"
+    pin = (name, kind, variant) + ((form,) if form else ())
+    assert pin in PINS, f"no pin: add {pin!r}: {digest!r}  # {key}"
     assert backbone.graph_version == PINNED_GRAPH_VERSION[name], "graph_version bumped: update the pins"
-    assert digest == PINS[name, kind, variant], (
+    assert digest == PINS[pin], (
         f"the exported graph changed ({key}): bump {name}'s graph_version and update the pins")

@@ -69,6 +69,14 @@ class Backbone:
     # stored measurement's key, so figures of the old graph are never reused. tests/test_pins.py pins
     # the exported bytes of a few architectures and fails until this is bumped with the new pins.
     graph_version: int = 1
+    # The forms its graph is exported in (``ExportOptions.graph_form``), its default first: "plain" (standard
+    # ONNX operators, which every --target-ort loads) and, where its graph module has it (``build_graph``'s
+    # ``form``), "contrib" (onnxruntime's fused com.microsoft operators, for targets that run them). A target
+    # too old for the default form gets the next.
+    graph_forms: tuple[str, ...] = ("plain",)
+    # int4: a tied token embedding read from the output layer's 4-bit blocks instead of stored in fp32 beside
+    # them (``exporters.quantize.tied_embedding_from_blocks``); a backbone turns it on with its graph_version.
+    int4_embedding_from_blocks: bool = False
     # Architecture fields a backbone may use: a recurrence memory's default length (None: no memory),
     # and whether its layers may be FFN-only or attention-only (PAR block types).
     default_mem_len: int | None = None

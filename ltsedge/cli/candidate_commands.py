@@ -93,6 +93,10 @@ def export(
     cache_layout: Optional[str] = typer.Option(
         None, "--cache-layout", help="Generate variant of GPT-2/OPT: uniform (default: every layer's cache in one "
         "head count, which Optimum and transformers.js feed) or per-layer (each layer's own heads)."),
+    graph_form: Optional[str] = typer.Option(
+        None, "--graph-form", help="Llama: plain (standard ONNX operators, every --target-ort) or contrib "
+        "(onnxruntime's fused GroupQueryAttention and RMSNorm, --target-ort 1.22 or newer). Default: the "
+        "backbone's default where the target runs it, else plain."),
 ) -> None:
     """Export an architecture to ONNX: one model file, or a generation bundle (--variant generate)."""
     from ltsedge.exporters.bundle import export_to_path
@@ -102,7 +106,7 @@ def export(
     quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
                                         symmetric=symmetric, accuracy_level=accuracy_level)
     options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, quantization=quantization,
-                            cache_layout=cache_layout, external_data=external_data)
+                            cache_layout=cache_layout, external_data=external_data, graph_form=graph_form)
     model, files = export_to_path(arch, output, options, weights=weights, tokenizer=tokenizer)
     t = model.target
     kind = "trained" if weights else "random"

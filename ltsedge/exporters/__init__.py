@@ -23,7 +23,13 @@ from ltsedge.backbones import get_backbone
 from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, check_cache_layout, declared_cache_layout
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import DEFAULT_PRECISION, check_precision, quantize_model
+from ltsedge.exporters.quantize import (
+    CONTRIB_DOMAIN,
+    DEFAULT_PRECISION,
+    check_precision,
+    quantize_model,
+    tied_embedding_from_blocks,
+)
 from ltsedge.extras import require
 from ltsedge.iospec import ExportSpec
 from ltsedge.ortcompat import OnnxTarget
@@ -169,14 +175,23 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     spec = backbone.export_spec(arch, variant, **layout)
     # onnxruntime's quantizers rewrite MatMul, not Gemm; fp32 keeps its Gemm graph (and its pinned bytes).
     quantized = precision in ("int8", "int4")
+    form = options.graph_form_of(backbone)
     graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant, **layout,
-                                               **({"gemm": False} if quantized else {}))
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", target.opset)], producer_name="ltsedge",
-                              producer_version=ltsedge.__version__)
+                                               **({"gemm": False} if quantized else {}),
+                                               **({"form": form} if len(backbone.graph_forms) > 1 else {}))
+    opsets = [helper.make_opsetid("", target.opset)]
+    if any(node.domain == CONTRIB_DOMAIN for node in graph.node):
+        opsets.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="ltsedge", producer_version=ltsedge.__version__)
     proto.ir_version = target.ir_version
     add_metadata(proto, arch, target, spec, trained=weights is not None)
     exported = ExportedModel(arch, target, spec, proto, list(initializers.items()), options=options)
-    return exported if precision == DEFAULT_PRECISION else quantize_model(exported, precision, options.quantization)
+    if precision == DEFAULT_PRECISION:
+        return exported
+    exported = quantize_model(exported, precision, options.quantization)
+    if precision == "int4" and backbone.int4_embedding_from_blocks:
+        exported = tied_embedding_from_blocks(exported, fused=form == "contrib")
+    return exported
 
 
 def cache_layout_option(backbone, variant: str, cache_layout: str | None) -> dict[str, str]:

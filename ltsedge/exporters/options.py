@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.quantize import QuantOptions, check_precision
 from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT
+from ltsedge.ortcompat import parse_version
+
+PLAIN_FORM, CONTRIB_FORM = "plain", "contrib"
+GRAPH_FORMS = (PLAIN_FORM, CONTRIB_FORM)
+# The contrib form's operators run on CPUs from onnxruntime 1.22 on: GroupQueryAttention with fused rotary and
+# SkipSimplifiedLayerNormalization load from 1.18, GroupQueryAttention's attention_bias (which masks padding)
+# and GatherBlockQuantized of uint8 blocks (an int4 tied embedding) from 1.22 (probed in 1.18.1 ... 1.22.1, 1.32).
+CONTRIB_MIN_ORT = (1, 22)
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class ExportOptions:
     options (None: ``QuantOptions()``; options of another precision than this one change nothing).
     ``cache_layout``: a KV-cache generate variant's (``backbones.kv_cache``; None: the default).
     ``external_data``: the weights in ``<file>.data`` beside the model (None: only over protobuf's 2 GB).
+    ``graph_form``: plain (standard ONNX operators) or contrib (onnxruntime's fused operators), of the forms
+    the backbone has (None: its default, where the target runs it; ``graph_form_of``).
     Bad values are refused on construction, one line each."""
 
     variant: str = DEFAULT_VARIANT
@@ -37,6 +47,7 @@ class ExportOptions:
     quantization: QuantOptions | None = None
     cache_layout: str | None = None
     external_data: bool | None = None
+    graph_form: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.variant, str) or not self.variant:
@@ -54,6 +65,13 @@ class ExportOptions:
             check_cache_layout(self.cache_layout)
         if self.external_data is not None and not isinstance(self.external_data, bool):
             raise LtsedgeError(f"external_data {self.external_data!r} must be true, false or None (only over 2 GB)")
+        if self.graph_form is not None:
+            if self.graph_form not in GRAPH_FORMS:
+                raise LtsedgeError(f"graph form {self.graph_form!r} is unknown (forms: {', '.join(GRAPH_FORMS)})")
+            if not runs_form(self.graph_form, self.target.runtime):
+                raise LtsedgeError(f"graph form contrib needs onnxruntime >= {CONTRIB_MIN_ORT[0]}.{CONTRIB_MIN_ORT[1]} "
+                                   f"(GroupQueryAttention with attention_bias), the target is onnxruntime "
+                                   f"{self.target.runtime}: export it in the plain form")
 
     @property
     def target(self):
@@ -67,3 +85,18 @@ class ExportOptions:
         from ltsedge.keys import candidate_model_key
 
         return candidate_model_key(arch, self)
+
+    def graph_form_of(self, backbone) -> str:
+        """The form ``backbone``'s graph is exported in: ``graph_form`` when given (one the backbone has), else
+        the first of its forms (its default, by measurement) that the target runtime runs."""
+        if self.graph_form is not None:
+            if self.graph_form not in backbone.graph_forms:
+                raise LtsedgeError(f"backbone {backbone.name} has no graph form {self.graph_form!r} "
+                                   f"(forms: {', '.join(backbone.graph_forms)})")
+            return self.graph_form
+        return next(f for f in (*backbone.graph_forms, PLAIN_FORM) if runs_form(f, self.target.runtime))
+
+
+def runs_form(form: str, runtime: str) -> bool:
+    """Does onnxruntime ``runtime`` (e.g. "1.20") run graphs of ``form``?"""
+    return form != CONTRIB_FORM or parse_version(runtime) >= CONTRIB_MIN_ORT

@@ -6,10 +6,11 @@
     int4  ``matmul_nbits_quantizer.MatMulNBitsQuantizer``: block-wise 4-bit weights of every MatMul
           as com.microsoft ``MatMulNBits`` (what onnxruntime-genai's model builder emits for CPUs
           and phones).
-    In both the embedding tables stay fp32, as onnxruntime-genai's builder leaves them: a lookup reads
-    one row per token, so its precision costs memory, not time (and a quantized Gather needs
-    DequantizeLinear at the model's opset, which a runtime's newest opsets may lack kernels for).
-    The tied output layer is a MatMul on its own transposed copy of the table, quantized.
+    In both the embedding tables stay fp32: a lookup reads one row per token, so its precision costs
+    memory, not time. The tied output layer is a MatMul on its own transposed copy of the table,
+    quantized; at int4 a backbone that asks for it (``int4_embedding_from_blocks``) reads its tied
+    embedding from those blocks instead (``tied_embedding_from_blocks``), as onnxruntime-genai's builder
+    does, and the fp32 table is not stored.
     fp16  onnxruntime's float16 converter (inputs and outputs stay fp32): only for the CUDA
           execution provider; onnxruntime's CPU kernels mostly lack fp16.
 
@@ -29,6 +30,8 @@ import logging
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.quantizers import LIGHT_QUANTIZERS, QUANTIZERS, SMALL_TENSOR, light_model
@@ -200,3 +203,87 @@ def _nbytes(tensor) -> int:
     for d in tensor.dims:
         count *= d
     return count * bits // 8
+
+
+CONTRIB_DOMAIN = "com.microsoft"
+
+
+def tied_embedding_from_blocks(exported, fused: bool = False):
+    """An int4 model whose output layer is tied to its token embedding, the embedding read from the output
+    layer's 4-bit blocks, as onnxruntime-genai's builder reads it: the fp32 table (a vocabulary of 49152 x 576
+    is 113 MB) is no longer stored. A row of the table is a row of the output layer's ``[vocab, blocks, block
+    / 2]`` blocks, so the lookup dequantizes exactly what the output layer multiplies by. ``fused``: one
+    com.microsoft ``GatherBlockQuantized`` (onnxruntime >= 1.22); else standard operators (Gather of the rows'
+    blocks and scales, the two 4-bit values of each byte unpacked, ``(value - 8) * scale``), which every int4
+    target loads. Only for symmetric blocks (no zero points) that tile d exactly; else the model is returned as
+    it is."""
+    import dataclasses
+
+    from onnx import helper
+
+    graph = exported.proto.graph
+    nbits = {n.input[1]: n for n in graph.node if n.op_type == "MatMulNBits" and n.domain == CONTRIB_DOMAIN}
+    gathers = [n for n in graph.node if n.op_type == "Gather" and f"{n.input[0]}.T_Q4" in nbits]
+    if len(gathers) != 1:
+        return exported
+    gather = gathers[0]
+    table = gather.input[0]
+    output_layer = nbits[f"{table}.T_Q4"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in output_layer.attribute}
+    if len(output_layer.input) > 3 and output_layer.input[3] or attrs["K"] % attrs["block_size"] or \
+            attrs.get("bits", 4) != 4 or any(a.name == "axis" and a.i != 0 for a in gather.attribute):
+        return exported
+    lookup = _BlockLookup(graph, table, output_layer.input[1], output_layer.input[2], gather.input[1])
+    nodes = lookup.fused(attrs["N"], attrs["K"], attrs["block_size"]) if fused else \
+        lookup.unpacked(attrs["K"] // attrs["block_size"], attrs["block_size"], attrs["K"])
+    nodes[-1].output[:] = gather.output  # the lookup's result in place of the Gather's
+    nodes[-1].name = gather.name
+    at = list(graph.node).index(gather)
+    graph.node.remove(gather)
+    for offset, node in enumerate(nodes):
+        graph.node.insert(at + offset, node)
+    if not any(table in n.input for n in graph.node):
+        exported = dataclasses.replace(exported, weights=[(k, v) for k, v in exported.weights if k != table])
+    return exported
+
+
+class _BlockLookup:
+    """The nodes that read rows ``ids`` ([batch, sequence]) of a table from its 4-bit ``blocks`` and ``scales``;
+    their constants go into ``graph``, every name prefixed by the table's."""
+
+    def __init__(self, graph, table: str, blocks: str, scales: str, ids: str):
+        self.graph, self.table, self.blocks, self.scales, self.ids = graph, table, blocks, scales, ids
+        self.nodes: list = []
+
+    def const(self, name: str, values, dtype) -> str:
+        from onnx import numpy_helper
+
+        name = f"{self.table}.lookup_{name}"
+        self.graph.initializer.append(numpy_helper.from_array(np.asarray(values, dtype), name))
+        return name
+
+    def op(self, op_type: str, *inputs: str, **attrs) -> str:
+        from onnx import helper
+
+        output = f"{self.table}.lookup_{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=output, **attrs))
+        return output
+
+    def fused(self, rows: int, width: int, block: int) -> list:
+        data = self.op("Reshape", self.blocks, self.const("blocks_shape", [rows, width // 2], np.int64))
+        scales = self.op("Reshape", self.scales, self.const("scales_shape", [rows, width // block], np.int64))
+        self.op("GatherBlockQuantized", data, self.ids, scales, domain=CONTRIB_DOMAIN, block_size=block,
+                gather_axis=0, quantize_axis=1)
+        return self.nodes
+
+    def unpacked(self, n_blocks: int, block: int, width: int) -> list:
+        rows = self.op("Gather", self.blocks, self.ids, axis=0)  # [..., blocks, block / 2] uint8
+        low = self.op("BitwiseAnd", rows, self.const("low_mask", 15, np.uint8))
+        high = self.op("BitShift", rows, self.const("high_shift", 4, np.uint8), direction="RIGHT")
+        last = self.const("last_axis", [-1], np.int64)
+        pairs = self.op("Concat", self.op("Unsqueeze", low, last), self.op("Unsqueeze", high, last), axis=-1)
+        values = self.op("Reshape", pairs, self.const("values_shape", [0, 0, n_blocks, block], np.int64))
+        centred = self.op("Sub", self.op("Cast", values, to=1), self.const("zero_point", 8.0, np.float32))
+        scales = self.op("Unsqueeze", self.op("Gather", self.scales, self.ids, axis=0), last)
+        self.op("Reshape", self.op("Mul", centred, scales), self.const("row_shape", [0, 0, width], np.int64))
+        return self.nodes

@@ -27,6 +27,11 @@ class LlamaBackbone(PackageBackbone):
     name = "llama"
     description = "Llama: pre-RMSNorm blocks, rotary positions, grouped-query attention, SwiGLU"
     variants = ("forward", "generate")
+    # 2: int4 reads the tied embedding from the output layer's blocks, and quantized logits are not copied
+    graph_version = 2
+    # standard operators (graph.py; faster on a CPU: benchmarks/llama_graph_form.py), or onnxruntime's fused ones
+    graph_forms = ("plain", "contrib")
+    int4_embedding_from_blocks = True
     model_class = "Llama"
     supports_adaptive = False  # plain embeddings (d_embed = d_model)
     # n_positions is its context (max_position_embeddings): the rotary angles are computed, not a table, but

@@ -33,8 +33,13 @@ FIRST_REDUCE_AXES_INPUT_OPSET = 18  # ReduceMean takes its axes as an input from
 
 
 def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
-                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
-    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``."""
+                gemm: bool = True, form: str = "plain") -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``. ``form``
+    "contrib": onnxruntime's fused operators instead (``contrib_graph``)."""
+    if form == "contrib":
+        from ltsedge.backbones.llama import contrib_graph
+
+        return contrib_graph.build_graph(arch, weights, opset, spec, gemm)
     g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
@@ -44,14 +49,18 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
 
 
 def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
-                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+                         gemm: bool = True, form: str = "plain") -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
 
     ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
     padding); per layer ``past_key_values.{i}.key/.value`` [batch, n_kv_head[i], past, head_dim] -> ``logits``
     and ``present.{i}.*`` [batch, n_kv_head[i], past + sequence, head_dim]. Prefill is the same graph with a
-    past of length 0. Mirrors ``Llama.forward_with_cache``.
+    past of length 0. Mirrors ``Llama.forward_with_cache``. ``form`` as ``build_graph``'s.
     """
+    if form == "contrib":
+        from ltsedge.backbones.llama import contrib_graph
+
+        return contrib_graph.build_generate_graph(arch, weights, opset, spec, gemm)
     g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
@@ -79,14 +88,27 @@ def _finish(g: GraphBuilder, arch, spec: ExportSpec, positions: str, ids_shape: 
         m = _rms_norm(g, x, f"{prefix}.post_attention_layernorm", arch.rms_norm_eps)
         x = g.op("Add", x, _mlp(g, m, f"{prefix}.mlp"))
     x = _rms_norm(g, x, "norm", arch.rms_norm_eps)
-    if arch.tie_embeddings:
-        logits = g.matmul_t(x, g.weight("embed_tokens.weight"))  # the embedding initializer itself
-    else:
-        logits = g.linear(x, "lm_head", bias=False)
-    g.op("Reshape", logits, g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
-    g.rename_last("logits")
+    output_layer(g, arch, x, ids_shape)
     graph = g.graph(name, [t.value_info() for t in spec.inputs], [t.value_info() for t in spec.outputs])
     return graph, g.large
+
+
+def output_layer(g: GraphBuilder, arch, x: str, ids_shape: str, fused: bool = False) -> str:
+    """``logits [B, T, vocab]`` of ``x [B*T, d]``: the tied embedding (its initializer itself) or ``lm_head``.
+    A Reshape that makes a graph output copies it (96 MiB for 512 tokens of a 49152 vocabulary), so the
+    product is written straight into the logits where the graph can: MatMul on ``x`` as ``[B, T, d]`` for
+    a quantized export (the quantizers rewrite it), com.microsoft FusedMatMul (``fused``) in fp32; a plain
+    fp32 graph's Gemm is 2-D, and reshaped."""
+    weight = g.weight("embed_tokens.weight" if arch.tie_embeddings else "lm_head.weight")
+    if g.gemm and not fused:
+        g.op("Reshape", g.matmul_t(x, weight), g.op("Concat", ids_shape, g.const([arch.vocab_size]), axis=0))
+    else:
+        x = g.op("Reshape", x, g.op("Concat", ids_shape, g.const([arch.d_model]), axis=0))
+        if g.gemm:
+            g.op("FusedMatMul", x, weight, domain="com.microsoft", transB=1)
+        else:
+            g.matmul_t(x, weight)
+    return g.rename_last("logits")
 
 
 def _rms_norm(g: GraphBuilder, x: str, prefix: str, eps: float) -> str:
