@@ -203,6 +203,23 @@ def test_a_wide_interval_is_not_enough_evidence():
     assert stats.ranking(x, rng.random(6))["verdict"] == "not enough evidence"
 
 
+def test_no_count_is_named_best_when_every_interval_is_wide():
+    from ltsedge.proxycheck import report
+
+    def summary(losses) -> dict:
+        models = [{"role": "sample", "id": f"m{i}", "n_layer": 1 + i % 4, "d_model": 64,
+                   "decoder_params": 1000 * (i + 1), "total_params": 9000 + 1000 * i,
+                   "attention_params": 300 * (i + 1), "held_out_loss": float(loss),
+                   "checkpoints": [{"fraction": 1.0, "tokens": 64, "held_out_loss": float(loss)}], "tokens": 64,
+                   "seconds": 1.0} for i, loss in enumerate(losses)]
+        return report.summarize(models, {"space": {"backbone": "gpt2"}})
+
+    noise = summary(6 + np.random.default_rng(2).random(6) * 0.1)
+    assert noise["best_proxy"] is None and "none has enough evidence" in "\n".join(report.lines(noise))
+    clear = summary(6 - 0.1 * np.arange(12))  # loss falls with every count: they rank it well
+    assert clear["best_proxy"] in ("decoder_params", "total_params", "attention_params", "fitted")
+
+
 def test_the_leave_one_out_error_is_that_of_refitting_without_each_model():
     rng = np.random.default_rng(1)
     features = np.column_stack([rng.random(9) * 5, rng.integers(2, 16, 9)])

@@ -32,15 +32,16 @@ def summarize(models: list[dict], plan: dict) -> dict:
     fitted = _fitted(sample, depth, plan)
     if fitted is not None:
         rankings[FITTED] = fitted.pop("ranking")
-    best = max((k for k, r in rankings.items() if r and r["spearman"] is not None),
-               key=lambda k: rankings[k]["spearman"], default=None)
+    # named only among rankings with evidence: with every interval wide, the highest point value is noise
+    best = max((k for k, r in rankings.items() if r and r["spearman"] is not None
+                and r["verdict"] != stats.NO_EVIDENCE), key=lambda k: rankings[k]["spearman"], default=None)
     main = rankings.get("decoder_params")
     return {
         "format": FORMAT, **plan,
         "models": models,
         "diverged": [m["id"] for m in models if m.get("held_out_loss") is None],
         "ranking": rankings,
-        "verdict": main["verdict"] if main else "not enough evidence",
+        "verdict": main["verdict"] if main else stats.NO_EVIDENCE,
         "best_proxy": best,
         "fitted": fitted,
         "control": _rankings(control) if control else None,
@@ -163,6 +164,8 @@ def lines(summary: dict) -> list[str]:
                    f"{c['c']:+.4f} n_layer; leave-one-out error {f['loo_rmse']:.4f} nats")
     if summary["best_proxy"]:
         out.append(f"best ranking here: {summary['best_proxy'].replace('_', ' ')}")
+    elif any(summary["ranking"].values()):
+        out.append("best ranking here: none has enough evidence (more models, or more tokens per model)")
     if summary["control"]:
         out.append("control (standard GPT-2 layers): " + headline(summary, "decoder_params", summary["control"]))
     marks = [c for c in summary["checkpoints"] if c["spearman"] is not None]

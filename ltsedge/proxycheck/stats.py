@@ -17,6 +17,7 @@ LEVEL = 0.90
 WIDE = 0.5  # an interval wider than this says nothing: "not enough evidence"
 MIN_MODELS = 4  # fewer give no ranking at all
 GOOD = 0.8  # the low end at or above it: the count ranks held-out loss well here
+NO_EVIDENCE = "not enough evidence"
 
 
 def ranks(x) -> np.ndarray:
@@ -56,7 +57,7 @@ def ranking(counts, losses, seed: int = 0) -> dict | None:
 
 def verdict(value: float, low: float, high: float) -> str:
     if not all(map(math.isfinite, (value, low, high))) or high - low > WIDE:
-        return "not enough evidence"
+        return NO_EVIDENCE
     if low >= GOOD:
         return "ranks well"
     if high < GOOD:
