@@ -1,0 +1,159 @@
+"""Does the decoder-parameter count rank held-out loss on real text, and what does a CPU afford to find out?
+
+The text: every .py, .txt, .rst and .md file under this Python's site-packages, concatenated in sorted order
+(tens to hundreds of MB of real English and code that every install has; nothing is downloaded), cut at
+``--corpus-mb`` and kept in ``--work`` for reruns.
+
+Part ``throughput``: training tokens per second on this machine (the check's recipe: batch x sequence 256,
+byte-level BPE of 8192 tokens) for GPT-2 models of 0.1 to 10 M decoder parameters, then the budget an hour
+affords: for N models log-spaced over a 10x range of sizes, the tokens per model that N trainings fit into
+``--hours`` -- computed from the measured rates, not measured.
+
+Part ``check``: ``ltsedge proxy-check`` itself on the corpus (its JSON and PNG in ``--work``): the ranking,
+the control, the depth set, the fitted proxy, the ranking at each checkpoint.
+
+    python benchmarks/proxy_check.py --part throughput [--threads 1] [--batch 16]
+    python benchmarks/proxy_check.py --part check [--preset quick] [--models 12] [--tokens-per-model 2000000]
+                                     [--device auto] [--parallel N] [--max-params P] [--space FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import site
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SUFFIXES = (".py", ".txt", ".rst", ".md")
+SIZES = ((2, 64, 256), (2, 128, 512), (4, 192, 768), (4, 256, 1024), (6, 384, 1536))  # layers, d_model, d_inner
+VOCAB = 8192
+
+
+def corpus(work: Path, megabytes: int) -> Path:
+    """The site-packages text, concatenated once into ``work``."""
+    path = work / f"site-packages-{megabytes}MB.txt"
+    if path.is_file():
+        return path
+    roots = [Path(p) for p in site.getsitepackages() if Path(p).is_dir()]
+    limit, written = megabytes << 20, 0
+    work.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".partial"), "w", encoding="utf-8") as out:
+        for root in roots:
+            for file in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
+                try:
+                    text = file.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                out.write(text + "\n")
+                written += len(text.encode()) + 1
+                if written >= limit:
+                    break
+            if written >= limit:
+                break
+    path.with_suffix(".partial").rename(path)
+    print(f"corpus: {written / 1e6:.1f} MB of {', '.join(SUFFIXES)} files from {', '.join(map(str, roots))}")
+    return path
+
+
+def throughput(args) -> None:
+    import torch
+
+    from ltsedge.architecture import Architecture
+    from ltsedge.proxy import count_params
+    from ltsedge.proxycheck.training import Recipe, flops_per_token, train_one
+
+    torch.set_num_threads(args.threads)
+    recipe = Recipe(batch=args.batch, sequence=256)
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, VOCAB, 2_000_000).astype(np.uint16)
+    held = train[:4 * 257].reshape(4, 257)
+    rows = []
+    warm = Architecture(n_layer=1, d_model=128, n_head=[2], d_inner=[256], vocab_size=VOCAB)
+    train_one(warm, recipe, train, held, 4 * recipe.tokens_per_step, 0, "cpu")  # torch's first-call costs
+    for n_layer, d_model, d_inner in SIZES:
+        arch = Architecture(n_layer=n_layer, d_model=d_model, n_head=[4] * n_layer, d_inner=[d_inner] * n_layer,
+                            vocab_size=VOCAB)
+        started = time.time()
+        result = train_one(arch, recipe, train, held, args.steps * recipe.tokens_per_step, 0, "cpu")
+        rate = result["tokens"] / (time.time() - started)
+        rows.append((count_params(arch).decoder_params, rate, flops_per_token(arch, 256)))
+        print(f"{n_layer}x{d_model} (d_inner {d_inner}): {rows[-1][0] / 1e6:6.2f} M decoder parameters, "
+              f"{rate:8.0f} tokens/s, {rate * rows[-1][2] / 1e9:5.1f} GFLOP/s", flush=True)
+    budget(rows, args.hours)
+
+
+def budget(rows, hours: float) -> None:
+    """Tokens per model that N models log-spaced over [low, 10 x low] fit into ``hours``, from the measured
+    rates (interpolated in log-log)."""
+    sizes = np.log([r[0] for r in rows])
+    rates = np.log([r[1] for r in rows])
+
+    def rate(p: float) -> float:
+        return float(np.exp(np.interp(math.log(p), sizes, rates)))  # flat beyond the measured sizes
+
+    print(f"\nbudget for {hours:g} h on this machine (computed from the rates above, not measured):")
+    print(f"{'models':>6} {'decoder params':>17} {'tokens/model':>13} {'tokens/param of largest':>24}")
+    for low in (1e5, 3e5, 1e6):
+        for n in (8, 12, 16):
+            seconds_per_token = sum(1 / rate(p) for p in np.geomspace(low, 10 * low, n))
+            tokens = hours * 3600 / seconds_per_token
+            print(f"{n:>6} {low / 1e6:7.1f}-{10 * low / 1e6:4.1f} M {tokens:>13,.0f} {tokens / (10 * low):>24.1f}")
+
+
+def check(args) -> None:
+    from ltsedge.proxycheck import report
+    from ltsedge.proxycheck.run import CheckOptions, run_check
+
+    text = corpus(args.work, args.corpus_mb)
+    options = CheckOptions(text=text, space_file=args.space, preset=args.preset, backbone=args.backbone,
+                           models=args.models, tokens_per_model=args.tokens_per_model, max_params=args.max_params,
+                           batch=args.batch, device=args.device, parallel=args.parallel, threads=args.threads,
+                           depths=args.depths, control_models=args.control_models, out=args.work / "check",
+                           seed=args.seed)
+    started = time.time()
+    summary = run_check(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+    for line in report.lines(summary):
+        print(line)
+    print(f"wall time {time.time() - started:.0f} s; result in {args.work / 'check'}")
+    print(json.dumps({"verdict": summary["verdict"], "ranking": summary["ranking"]}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("throughput", "check"), default="throughput")
+    parser.add_argument("--work", type=Path, default=Path("proxy-check-bench"))
+    parser.add_argument("--corpus-mb", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
+    parser.add_argument("--batch", type=int, default=None, help="sequences per step (throughput: 16, check: 64)")
+    parser.add_argument("--steps", type=int, default=6, help="throughput: training steps timed per size")
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--preset", default="quick")
+    parser.add_argument("--space", type=Path, default=None)
+    parser.add_argument("--backbone", default=None)
+    parser.add_argument("--models", type=int, default=12)
+    parser.add_argument("--control-models", type=int, default=None)
+    parser.add_argument("--depths", type=int, default=4)
+    parser.add_argument("--tokens-per-model", type=int, default=None)
+    parser.add_argument("--max-params", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--parallel", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.part == "throughput":
+        import os
+
+        args.threads = args.threads or len(os.sched_getaffinity(0))
+        args.batch = args.batch or 16
+        throughput(args)
+    else:
+        args.batch = args.batch or 64
+        check(args)
+
+
+if __name__ == "__main__":
+    main()
