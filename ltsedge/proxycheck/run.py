@@ -337,7 +337,7 @@ def _train(todo: list[Planned], planned: list[Planned], done: dict, parts, recip
     by_index = {p.index: p for p in planned}
     total = len(planned)
 
-    progress = CheckProgress(sum(work.values()), sum(work[i] for i in done), quiet=options.quiet)
+    progress = CheckProgress(sum(work.values()), sum(work[i] for i in done), total, len(done), quiet=options.quiet)
 
     def started(index: int) -> None:
         p = by_index[index]
@@ -357,7 +357,7 @@ def _train(todo: list[Planned], planned: list[Planned], done: dict, parts, recip
                        f"{result['tokens_per_second'] or 0:,.0f} tokens/s)")
 
     def failed(index: int, why: str) -> None:
-        progress.finished(index)
+        progress.finished(index, trained=False)
         log(f"warning: {by_index[index].arch.id} failed ({why}); the others go on, and a rerun tries it again")
 
     with progress:
