@@ -194,7 +194,7 @@ class PackageBackbone(Backbone):
         import torch
 
         # Ctrl-C inside torch's mode stack breaks it (ltsedge/interrupts.py): it lands once the model is built.
-        with interrupts_deferred(), torch.device("meta"):
+        with interrupts_deferred(), torch.device("meta"), _no_random_fill():
             return getattr(self._module("model"), self.model_class)(arch)
 
     def export_spec(self, arch: Architecture, variant: str, cache_layout: str | None = None) -> ExportSpec:
@@ -223,3 +223,23 @@ def forward_spec(arch: Architecture) -> ExportSpec:
         inputs=(TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),),
         outputs=(TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits"),),
     )
+
+
+def _no_random_fill():
+    """A torch function mode in which the modules' initial random fills (``nn.init``) do nothing: on the meta
+    device they fill nothing anyway, and the first ``normal_`` there costs a second (torch imports sympy for
+    it), a third of a cold ``ltsedge export``."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    init = torch.nn.init
+    fills = {torch.Tensor.normal_, torch.Tensor.uniform_, init.normal_, init.uniform_, init.trunc_normal_,
+             init.kaiming_uniform_, init.kaiming_normal_, init.xavier_uniform_, init.xavier_normal_}
+
+    class NoRandomFill(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in fills:  # the tensor filled, as they return it
+                return args[0] if args else (kwargs or {}).get("tensor")
+            return func(*args, **(kwargs or {}))
+
+    return NoRandomFill()
