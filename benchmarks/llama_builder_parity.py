@@ -3,8 +3,8 @@
 SmolLM2-135M's shape in transformers with random weights (``LlamaForCausalLM(config).save_pretrained``,
 a word-level tokenizer.json beside it), converted by genai's own builder (``python -m
 onnxruntime_genai.models.builder -i DIR -o OUT -p int4 -e cpu``, offline) and by ``ltsedge export
---variant generate --precision int4 --weights DIR/model.safetensors`` in each graph form (the same
-weights). The models are timed side by side (benchmarks/llama_sessions.py: one worker each, interleaved
+--variant generate --precision int4 --weights DIR/model.safetensors`` (the same weights) as a user runs it
+("default": the default target and graph form) and in each graph form for --target-ort. The models are timed side by side (benchmarks/llama_sessions.py: one worker each, interleaved
 runs, inputs made by name alike): decode ms per token after a cache of --context tokens, prefill of
 --sequence tokens, peak memory; ratios to the builder's. Also the wall time of each export, and the
 largest difference between ltsedge's logits and the builder's on one prefill.
@@ -85,7 +85,8 @@ def main() -> None:
     parser.add_argument("--sequence", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per workload")
     parser.add_argument("--target-ort", default="1.22", help="of ltsedge's exports (the contrib form needs 1.22)")
-    parser.add_argument("--forms", default="plain,contrib")
+    parser.add_argument("--forms", default="default,contrib", help="default (no --target-ort, no --graph-form) "
+                        "and graph forms exported for --target-ort")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -97,10 +98,11 @@ def main() -> None:
         arch_file.write_text(json.dumps(SMOLLM2_135M))
         for form in args.forms.split(","):
             out = tmp / f"ltsedge-{form}"
+            settings = [] if form == "default" else ["--target-ort", args.target_ort, "--graph-form", form]
             seconds[f"ltsedge {form}"] = timed(
                 [sys.executable, "-m", "ltsedge", "export", str(arch_file), "--variant", "generate", "--precision",
-                 "int4", "--target-ort", args.target_ort, "--graph-form", form, "--weights",
-                 str(tmp / "hf" / "model.safetensors"), "-o", str(out)], f"ltsedge export ({form})")
+                 "int4", *settings, "--weights", str(tmp / "hf" / "model.safetensors"), "-o", str(out)],
+                f"ltsedge export ({form})")
             models[f"ltsedge {form}"] = str(out / "model.onnx")
         sizes = {label: sum(f.stat().st_size for f in Path(path).parent.glob("model.onnx*")) / 1e6
                  for label, path in models.items()}
@@ -111,7 +113,7 @@ def main() -> None:
         bench.time("prefill", args.rounds, 1)
         peaks = bench.close()
     print(f"SmolLM2-135M shape at int4, decode after {args.context} tokens, prefill of {args.sequence}; medians of "
-          f"{args.rounds} interleaved rounds (decode 10 runs, prefill 1 run each); ltsedge --target-ort "
+          f"{args.rounds} interleaved rounds (decode 10 runs, prefill 1 run each); ltsedge's forms for --target-ort "
           f"{args.target_ort}")
     print(f"{'model':<16}{'export s':>9}{'files MB':>9}{'decode ms':>10}{'prefill ms':>11}{'peak MiB':>9}"
           f"{'max |logit diff|':>17}")
