@@ -16,6 +16,9 @@ BOOTSTRAP = 2000
 LEVEL = 0.90
 WIDE = 0.5  # an interval wider than this says nothing: "not enough evidence"
 MIN_MODELS = 4  # fewer give no ranking at all
+# Fewer give no verdict: the bootstrap cannot show the uncertainty of a few models (4 in a perfect order, one
+# chance in 24 for a random ranking, resample to an interval of [1, 1]); 8 in order happen by chance once in 40,320.
+MIN_VERDICT_MODELS = 8
 GOOD = 0.8  # the low end at or above it: the count ranks held-out loss well here
 NO_EVIDENCE = "not enough evidence"
 
@@ -52,11 +55,11 @@ def ranking(counts, losses, seed: int = 0) -> dict | None:
     low, high = (np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if len(draws) else (math.nan, math.nan))
     value = spearman(x, y)
     return {"spearman": _round(value), "low": _round(low), "high": _round(high), "level": LEVEL, "models": len(x),
-            "verdict": verdict(value, low, high)}
+            "verdict": verdict(value, low, high, len(x))}
 
 
-def verdict(value: float, low: float, high: float) -> str:
-    if not all(map(math.isfinite, (value, low, high))) or high - low > WIDE:
+def verdict(value: float, low: float, high: float, models: int) -> str:
+    if models < MIN_VERDICT_MODELS or not all(map(math.isfinite, (value, low, high))) or high - low > WIDE:
         return NO_EVIDENCE
     if low >= GOOD:
         return "ranks well"
