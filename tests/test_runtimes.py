@@ -90,3 +90,21 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
                          max_new_tokens=STEPS, do_sample=False, num_beams=1)
     assert out[0, len(PROMPT):].tolist() == expected
+
+
+@pytest.mark.parametrize("options", [dict(target_ort="1.22", graph_form="contrib"), dict(precision="int4"),
+                                     dict(target_ort="1.22", graph_form="contrib", precision="int4")],
+                         ids=["contrib", "int4", "contrib int4"])
+def test_optimum_generates_from_llamas_fused_operators_and_int4(tmp_path, options):
+    """The contrib form (GroupQueryAttention, SkipSimplifiedLayerNormalization) and int4 (the tied embedding read
+    from the output layer's blocks) are onnxruntime operators Optimum's session runs: the same tokens."""
+    arch = ARCHS["llama GQA"][0]
+    weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
+    trained_like_weights(arch, weights)
+    export_to_path(arch, bundle, ExportOptions(variant="generate", **options), weights=weights)
+    expected = full_recompute_greedy(bundle / "model.onnx", PROMPT, STEPS)
+    assert len(set(expected)) > 3
+    model = optimum_ort.ORTModelForCausalLM.from_pretrained(bundle, use_cache=True)
+    out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                         max_new_tokens=STEPS, do_sample=False, num_beams=1)
+    assert out[0, len(PROMPT):].tolist() == expected
