@@ -9,6 +9,8 @@ newest one installed here. ``local_target`` probes the local onnxruntime (the ne
 
 The graphs need opset 17 (``MIN_OPSET``); int4's com.microsoft ``MatMulNBits`` needs onnxruntime 1.17
 (``exporters.quantize.MIN_ORT``) and fp16 adds only standard Casts: 1.20's pair serves every precision.
+Llama's contrib graph form (onnxruntime's fused GroupQueryAttention, SkipSimplifiedLayerNormalization,
+GatherBlockQuantized) needs 1.22 (``exporters.options.CONTRIB_MIN_ORT``): a default export stays plain.
 """
 
 from __future__ import annotations
