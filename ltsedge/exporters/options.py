@@ -21,9 +21,10 @@ from ltsedge.ortcompat import parse_version
 
 PLAIN_FORM, CONTRIB_FORM = "plain", "contrib"
 GRAPH_FORMS = (PLAIN_FORM, CONTRIB_FORM)
-# The contrib form's operators run on CPUs from onnxruntime 1.22 on: GroupQueryAttention with fused rotary and
-# SkipSimplifiedLayerNormalization load from 1.18, GroupQueryAttention's attention_bias (which masks padding)
-# and GatherBlockQuantized of uint8 blocks (an int4 tied embedding) from 1.22 (probed in 1.18.1 ... 1.22.1, 1.32).
+# The contrib form's operators run on CPUs from onnxruntime 1.22 on (probed in 1.17.3 ... 1.22.1 and 1.32):
+# SkipSimplifiedLayerNormalization from 1.17 at least, fp32 GroupQueryAttention with fused rotary from 1.18,
+# its attention_bias (which masks padding: without it a left-padded prompt attends to its padding) and
+# GatherBlockQuantized of uint8 blocks (the int4 tied embedding; 1.20's took int4 tensors only) from 1.22.
 CONTRIB_MIN_ORT = (1, 22)
 
 
