@@ -49,7 +49,6 @@ from ltsedge.costmodel.samples import load_samples
 from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.ortcompat import target_for
 from ltsedge.runners import Runner
 from ltsedge.runners.policy import pinned_calibration
 from ltsedge.search.api import SearchOptions, resolve
@@ -67,7 +66,7 @@ def accuracy(tmp: Path, samples: int, careful: bool = True, store_path: Path | N
     profile, _, variant = setting.resolve()
     like = resolve(SearchOptions())[0].space.sample(1, seed=0)[0]
     with MeasurementStore(store_path) as store:
-        found = load_samples(store, like, machine_fingerprint(profile), profile, target_for(None), variant)
+        found = load_samples(store, like, machine_fingerprint(profile), profile, ExportOptions(variant=variant))
     print(f"{len(found)} architectures measured in {time.perf_counter() - started:.0f} s "
           f"(default space, {variant}, sequence/context {profile.sequence}/{profile.context})")
     cut = fit or 2 * len(found) // 3

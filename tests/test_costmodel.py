@@ -22,7 +22,6 @@ from ltsedge.devices.fingerprint import machine_fingerprint
 from ltsedge.exporters import architecture_of, read_metadata
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, runtime_settings
-from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.policy import Calibration
@@ -166,10 +165,27 @@ def test_samples_come_only_from_this_machine_these_settings_and_this_export(tmp_
         for a in archs[10:]:
             put_sample(store, a, there)
         put_sample(store, archs[0], here, PROFILE.replace(sequence=8))  # other settings
-        found = load_samples(store, archs[0], here, PROFILE, target_for(None), "generate")
+        found = load_samples(store, archs[0], here, PROFILE, ExportOptions(variant="generate"))
         assert sorted(a.id for a, _ in found) == sorted(a.id for a in archs[:10])
-        assert load_samples(store, archs[0], here, PROFILE, target_for(None), "forward") == []  # other export
-        assert len(load_samples(store, archs[0], there, PROFILE, target_for(None), "generate")) == 2
+        assert load_samples(store, archs[0], here, PROFILE, ExportOptions(variant="forward")) == []  # other export
+        assert len(load_samples(store, archs[0], there, PROFILE, ExportOptions(variant="generate"))) == 2
+
+
+def test_samples_are_of_every_export_option_the_search_measures_with(tmp_path):
+    """The cost model loads its samples with the search's one ExportOptions whole: rebuilt from its variant,
+    target and precision, it lost the options beyond them (here external data), and a search exporting
+    that way found none of its own figures."""
+    here = {"cpu_model": "here", "onnxruntime": "1.0"}
+    archs = tiny_space().sample(4, seed=5)
+    external = ExportOptions(variant="generate", external_data=True)
+    with MeasurementStore(tmp_path / "s.sqlite") as store:
+        for a in archs:
+            key = measurement_key(external.model_key(a), here, PROFILE, variant="generate")
+            store.put(*key, fake_figures(a, PROFILE).to_dict(), fingerprint=here, settings={})
+            remember(store, a, key[0])
+        assert sorted(a.id for a, _ in load_samples(store, archs[0], here, PROFILE, external)) == \
+            sorted(a.id for a in archs)
+        assert load_samples(store, archs[0], here, PROFILE, ExportOptions(variant="generate")) == []
 
 
 def test_samples_of_every_policy_of_the_profile_teach_one_model_one_figure_per_architecture(tmp_path):
@@ -187,7 +203,7 @@ def test_samples_of_every_policy_of_the_profile_teach_one_model_one_figure_per_a
         put_sample(store, archs[4], here, careful)
         put_sample(store, archs[0], here, rough, peak_memory_mb=1.0)  # also measured coarsely
         put_sample(store, archs[5], here, PROFILE.replace(tolerance=0.3))  # a policy ltsedge never uses
-        found = load_samples(store, archs[0], here, PROFILE, target_for(None), "generate")
+        found = load_samples(store, archs[0], here, PROFILE, ExportOptions(variant="generate"))
         assert sorted(a.id for a, _ in found) == sorted(a.id for a in archs[:5])
         figures = {a.id: m for a, m in found}
         model_key = ExportOptions(variant="generate").model_key(archs[0])

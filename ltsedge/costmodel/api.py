@@ -20,7 +20,6 @@ from ltsedge.costmodel.model import CostModel
 from ltsedge.costmodel.samples import load_samples
 from ltsedge.costmodel.setting import Setting
 from ltsedge.errors import LtsedgeError
-from ltsedge.ortcompat import target_for
 from ltsedge.proxy import count_params
 from ltsedge.store import MeasurementStore
 
@@ -76,7 +75,6 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     accuracy. Measured in the machine's pinned scale, as a search measures: the decode ratio's unit
     (the bandwidth reference through the compute/bandwidth scale) is the pin's, so these samples and a
     search's teach one model in one unit (a run's own scale moved it ~20% between two runs here)."""
-    from ltsedge.exporters.options import ExportOptions
     from ltsedge.runners import Runner
     from ltsedge.runners.policy import pinned_calibration
     from ltsedge.search.budgets import Budgets
@@ -86,7 +84,6 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
     if samples < MIN_SAMPLES:
         raise LtsedgeError(f"--samples {samples}: a cost model needs at least {MIN_SAMPLES}")
     profile, backbone, variant = setting.resolve()
-    target_ort, precision = setting.target_ort_for(profile), setting.precision_for(profile)
     space = get_preset(setting.preset).space(backbone)
     objective = "decode" if variant == "generate" else "forward"
     archs = space.sample(samples, seed=seed)
@@ -94,14 +91,14 @@ def build(setting: Setting, samples: int = DEFAULT_SAMPLES, seed: int = 0, store
             tempfile.TemporaryDirectory(prefix="ltsedge-costmodel-") as scratch:
         if hasattr(runner, "use_pinned"):  # a fleet's agents pin their own
             runner.use_pinned(pinned_calibration(store, runner, log=log))
-        export = ExportOptions(variant=variant, target_ort=target_ort, precision=precision)
+        export = setting.export_options()
         evaluator = CandidateEvaluator(profile, runner, store, Path(scratch), Budgets(), export=export,
                                        objective=objective)
         for i in range(0, len(archs), 5):
             evaluator.evaluate(archs[i : i + 5], generation=0)
             log(f"{min(i + 5, len(archs))}/{len(archs)} architectures measured or found in the store")
         calibration = runner.calibrate()
-        found = load_samples(store, archs[0], runner.fingerprint(), profile, target_for(target_ort), variant, precision,
+        found = load_samples(store, archs[0], runner.fingerprint(), profile, export,
                              bandwidth_scale=calibration.bandwidth_scale, calibration_ms=calibration.reference_ms)
     model = CostModel(found, profile, variant)
     failed = sum(not c.ok for c in evaluator.candidates())

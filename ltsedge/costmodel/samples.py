@@ -41,18 +41,17 @@ def policies(profile) -> tuple:
     return (profile, coarse(profile), strict(profile))
 
 
-def load_samples(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                 precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None,
-                 calibration_ms: float | None = None) -> list[tuple]:
-    """(Architecture, measurement) pairs measured here as ``like`` would be (same backbone graph,
-    export target, variant and precision, machine, settings, onnxruntime) at any of the profile's
-    ``policies``: the candidates a search exports with ``ExportOptions(variant, target.runtime,
-    precision)``, keyed by it. One sample per architecture: the most precise of its figures. Decode
+def load_samples(store, like: Architecture, fingerprint: dict, profile, export: ExportOptions,
+                 bandwidth_scale: float | None = None, calibration_ms: float | None = None) -> list[tuple]:
+    """(Architecture, measurement) pairs measured here as ``like`` would be exported with ``export`` (the
+    same backbone graph and every export option: variant, target, precision and its quantization, graph
+    form; the same machine, settings, onnxruntime) at any of the profile's ``policies``: the candidates a
+    search exports with that one ``ExportOptions``, keyed by it. One sample per architecture: the most
+    precise of its figures. Decode
     ratios in the unit of ``bandwidth_scale`` and ``calibration_ms`` (the machine's pin) where given:
     figures stored under an earlier pin are converted (``Measurement.rescaled``; a decode step timed alone
     has its ratio in the calibration's unit)."""
-    options = ExportOptions(variant=variant, target_ort=target.runtime, precision=precision, quantization=quantization)
-    model_key = options.model_key(like)
+    variant, model_key = export.variant, export.model_key(like)
     found: dict[str, tuple] = {}
     own, rough, careful = policies(profile)
     for policy in (careful, own, rough):  # the first figure found of an architecture is kept
@@ -68,8 +67,7 @@ def load_samples(store, like: Architecture, fingerprint: dict, profile, target, 
     return list(found.values())
 
 
-def load_cost_model(store, like: Architecture, fingerprint: dict, profile, target, variant: str,
-                    precision: str = "fp32", quantization=None, bandwidth_scale: float | None = None,
-                    calibration_ms: float | None = None) -> CostModel:
-    return CostModel(load_samples(store, like, fingerprint, profile, target, variant, precision, quantization,
-                                  bandwidth_scale, calibration_ms), profile, variant)
+def load_cost_model(store, like: Architecture, fingerprint: dict, profile, export: ExportOptions,
+                    bandwidth_scale: float | None = None, calibration_ms: float | None = None) -> CostModel:
+    return CostModel(load_samples(store, like, fingerprint, profile, export, bandwidth_scale, calibration_ms),
+                     profile, export.variant)

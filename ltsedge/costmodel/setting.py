@@ -60,18 +60,24 @@ class Setting:
         profile, backbone, variant = self.resolve()
         return (profile.settings_hash(), backbone, variant, self.target_ort_for(profile), self.precision_for(profile))
 
+    def export_options(self):
+        """How this setting's architectures are exported and keyed: one ``ExportOptions``."""
+        from ltsedge.exporters.options import ExportOptions
+
+        profile, _, variant = self.resolve()
+        return ExportOptions(variant=variant, target_ort=self.target_ort_for(profile),
+                             precision=self.precision_for(profile))
+
     def samples(self, store, like) -> list[tuple]:
         """(Architecture, Measurement) pairs the store holds for this setting on this machine, decode ratios
         in the machine's pinned unit (``samples.load_samples``)."""
         from ltsedge.costmodel.samples import load_samples
         from ltsedge.devices.fingerprint import machine_fingerprint
-        from ltsedge.ortcompat import target_for
         from ltsedge.runners.policy import stored_pin
 
-        profile, _, variant = self.resolve()
+        profile, _, _ = self.resolve()
         fingerprint = machine_fingerprint(profile)
         pinned = stored_pin(store, fingerprint, profile)  # decode ratios in the machine's current unit
-        return load_samples(store, like, fingerprint, profile, target_for(self.target_ort_for(profile)), variant,
-                            self.precision_for(profile),
+        return load_samples(store, like, fingerprint, profile, self.export_options(),
                             bandwidth_scale=pinned.calibration.bandwidth_scale if pinned else None,
                             calibration_ms=pinned.calibration.reference_ms if pinned else None)

@@ -65,8 +65,7 @@ class CandidateEvaluator:
             export = ExportOptions(variant=self.variant)
         if export.variant != self.variant:
             raise ValueError(f"objective {objective} is timed on the {self.variant} variant, not {export.variant}")
-        self.export, self.target = export, export.target
-        self.precision = export.precision  # every candidate is exported (quantized) and measured at it
+        self.export = export  # every candidate is exported (quantized) and measured as it says
         self.scratch, self.budgets, self.fresh = scratch, budgets, fresh
         self.log, self.on_progress = log, on_progress
         self.seen: dict[str, Candidate] = {}
@@ -181,8 +180,7 @@ class CandidateEvaluator:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
         calibration = self.runner.calibrate()
-        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.target, self.variant,
-                                        self.precision, self.export.quantization,
+        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.export,
                                         calibration.bandwidth_scale, calibration.reference_ms))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
