@@ -116,17 +116,17 @@ class FakeMachine:
         return out
 
 
-def finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure, evaluated=None):
+def finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure, evaluated=None, published=None):
     """``finish`` on the fake machine: the front re-measured at its search figures, every baseline model new
     (the search measured no seed; else ``evaluated``: all it measured) and measured at ``baseline_figure``
-    (decode ms, MB)."""
+    (decode ms, MB); ``published``: the run's publish log."""
     FakeMachine.search_figures = {c.arch.id: (c.latency_ms, c.memory_mb) for c in front}
     FakeMachine.strict_figures, FakeMachine.default_figure = {}, baseline_figure
     FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
     try:
         with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
             return finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None,
-                          evaluated=front if evaluated is None else evaluated)
+                          evaluated=front if evaluated is None else evaluated, published=published)
     finally:
         FakeMachine.default_figure = None
 
@@ -347,7 +347,11 @@ def test_the_front_model_a_baseline_point_outside_the_space_is_compared_with_is_
     assert {p.candidate.arch.id for p in done.frontier} == {fast.id, x.id}  # x kept first; it covers y
     (row,) = done.baseline
     assert row["stand_in"] == "d_model 48->64; n_head 8->4; d_inner 100->128"
-    assert row["decoder_params"] == params[2] and row["frontier_id"] == x.id and row["speedup"] == 3.0
+    assert row["stand_in_decoder_params"] == params[2] and row["stand_in_frontier_id"] == x.id
+    assert row["stand_in_speedup"] == 3.0
+    # the study's own block, measured too, against the fastest front model with at least its parameters
+    assert (row["baseline_id"], row["decoder_params"], row["frontier_id"]) == (baseline.id, params[0], fast.id)
+    assert row["speedup"] == 9.0 and ("profile", baseline.id) in FakeMachine.measured
 
 
 def machine_law(arch) -> tuple[float, float]:
@@ -363,7 +367,7 @@ def test_a_front_never_loses_to_a_baseline_it_could_not_hold(tmp_path, search_me
     afresh. Each point is now judged on its stand-in in the space, measured beside the front (the search
     had measured it, or not: not seeded, only predicted), so the front can only tie or beat it, even on a
     machine where the baseline's own block, which the space cannot hold, runs faster."""
-    from ltsedge.search.baseline import seeds_in_space
+    from ltsedge.search.baseline import baseline_architectures, seeds_in_space
 
     settings, profile = smoke_with_a_baseline_outside_it(tmp_path, n_head=8)
     shapes = seeds_in_space(settings.baseline, settings.space, 2)
@@ -377,9 +381,140 @@ def test_a_front_never_loses_to_a_baseline_it_could_not_hold(tmp_path, search_me
         done = finish_with_a_new_baseline(front, settings, profile, tmp_path, None, evaluated=measured)
     finally:
         FakeMachine.figure_of = None
-    assert all(r["frontier_id"] is not None and r["speedup"] >= 1.0 for r in done.baseline)
+    assert all(r["stand_in_frontier_id"] is not None and r["stand_in_speedup"] >= 1.0 for r in done.baseline)
     assert [(a.n_layer, a.n_head, a.d_model, a.d_inner) for a in shapes] == \
         [(1, (4,), 64, (128,)), (2, (4, 4), 64, (128, 128))]
     assert [r["stand_in"] for r in done.baseline] == ["n_head 8->4"] * 2
-    assert [r["baseline_id"] for r in done.baseline] == [a.id for a in shapes]
+    assert [r["stand_in_id"] for r in done.baseline] == [a.id for a in shapes]
     assert {("profile", a.id) for a in shapes} <= set(FakeMachine.measured)  # beside the front
+    # The baseline's own 8-head block (in its match's embedding) is reported as this machine runs it:
+    # faster than the front can be.
+    own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in done.frontier])
+    assert [(a.n_layer, set(a.n_head)) for a in own] == [(1, {8}), (2, {8})]
+    assert [r["baseline_id"] for r in done.baseline] == [a.id for a in own]
+    assert {("profile", a.id) for a in own} <= set(FakeMachine.measured)
+    assert [r["latency_ms"] for r in done.baseline] == [machine_law(a)[0] for a in own]
+    assert all(r["frontier_id"] is not None and r["speedup"] < 1.0 for r in done.baseline)
+
+
+def test_a_baseline_point_outside_the_space_reports_its_own_block_and_its_stand_in_each_on_its_own_match(tmp_path):
+    """The study's baseline is never weakened: beside its stand-in in the space, the baseline model itself is
+    measured afresh, and each is compared with the fastest front model with at least its own decoder
+    parameters, kept through thinning: here a model a larger neighbour within the resolution would cover."""
+    from ltsedge.architecture import Architecture
+    from ltsedge.search.baseline import stand_ins
+
+    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, d_model=48, d_inner=100, n_head=8, layers=1)
+
+    def block(d_model: int, d_inner: int) -> Architecture:
+        return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
+
+    baseline, stand_in = settings.baseline.architecture(1, settings.space), block(64, 128)
+    small, near, big = block(48, 160), block(48, 176), block(64, 160)
+    params = [count_params(a).decoder_params for a in (baseline, small, near, stand_in, big)]
+    assert params == sorted(params) and params[2] < 1.1 * params[1]  # near covers small within 10%
+    front = [Candidate(a, count_params(a), figure(*f), "measured", 1, "decode_latency_ms")
+             for a, f in ((small, (2.0, 20.0)), (near, (2.1, 19.5)), (big, (3.0, 30.0)))]
+    assert pareto_front(front, Budgets()) == front and [c.arch for c in thin(front, 0.1)] == [near, big]
+    done = finish_with_a_new_baseline(front, settings, profile, tmp_path, baseline_figure=(9.0, 90.0))
+    assert {p.candidate.arch.id for p in done.frontier} == {small.id, big.id}  # small kept first; it covers near
+    (row,) = done.baseline
+    assert FakeMachine.measured.count(("profile", baseline.id)) == 1  # afresh, as the front was
+    assert {k: row[k] for k in ("baseline_id", "n_layer", "decoder_params", "latency_ms", "peak_memory_mb",
+                                "frontier_id", "speedup", "memory_ratio")} == \
+        {"baseline_id": baseline.id, "n_layer": 1, "decoder_params": params[0], "latency_ms": 9.0,
+         "peak_memory_mb": 90.0, "frontier_id": small.id, "speedup": 4.5, "memory_ratio": 4.5}
+    assert {k: row[f"stand_in_{k}"] for k in ("id", "decoder_params", "latency_ms", "frontier_id", "speedup",
+                                              "memory_ratio")} == \
+        {"id": stand_ins(settings.baseline, settings.space)[0].id, "decoder_params": params[3], "latency_ms": 9.0,
+         "frontier_id": big.id, "speedup": 3.0, "memory_ratio": 3.0}
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_a_baseline_point_inside_the_space_is_its_own_stand_in_measured_once(tmp_path, seeded):
+    """Where the space holds the baseline model, its stand-in is that model: measured once (beside the front
+    as the search started from it, else afresh), and the baseline's columns and the stand-in's agree."""
+    from ltsedge.search.baseline import shape_changes, stand_ins
+
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, resolution=0, seed_baseline=seeded))
+    shapes = stand_ins(settings.baseline, settings.space)  # the baseline's blocks, in the space's output layer
+    assert [shape_changes(settings.baseline.architecture(a.n_layer, settings.space), a) for a in shapes] == ["", ""]
+    big = max(random_tiny_archs(40, seed=3), key=lambda a: count_params(a).decoder_params)
+    front = [Candidate(big, count_params(big), figure(2.0, 30.0), "measured", 1, "decode_latency_ms")]
+    FakeMachine.figure_of = lambda a: (1.0 + count_params(a).decoder_params / 1e4, 10.0)  # 4.4 and 7.7 ms
+    try:
+        done = finish_with_a_new_baseline(front, settings, profile, tmp_path, None)
+    finally:
+        FakeMachine.figure_of = None
+    baseline = [r["baseline_id"] for r in done.baseline]
+    assert baseline == [r["stand_in_id"] for r in done.baseline]
+    assert (baseline == [a.id for a in shapes]) == seeded  # else in its match's embedding settings
+    assert sorted(FakeMachine.measured) == sorted([("profile", big.id)] + [("profile", i) for i in baseline])
+    columns = ("decoder_params", "d_embed", "div_val", "latency_ms", "peak_memory_mb", "ok", "frontier_id",
+               "frontier_decoder_params", "frontier_latency_ms", "frontier_peak_memory_mb", "speedup", "memory_ratio")
+    assert all(r["stand_in"] == "" and all(r[k] == r[f"stand_in_{k}"] for k in columns) for r in done.baseline)
+    assert all(r["frontier_id"] == big.id and r["speedup"] == r["latency_ms"] / 2.0 > 1 for r in done.baseline)
+
+
+def test_a_rerun_publishes_the_baseline_s_own_block_and_its_stand_in_from_the_figures_it_took(tmp_path):
+    """A re-run of a finished search measures nothing: the baseline model measured afresh beside the front
+    (outside the space) is kept in published.jsonl with the rest of publishing's figures."""
+    from ltsedge.search.publish_log import PublishLog, baseline_key
+
+    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, n_head=8)
+    big = max(random_tiny_archs(40, seed=3), key=lambda a: count_params(a).decoder_params)
+    front = [Candidate(big, count_params(big), figure(2.0, 30.0), "measured", 1, "decode_latency_ms")]
+    (tmp_path / "out").mkdir()
+    first = finish_with_a_new_baseline(front, settings, profile, tmp_path, (5.0, 40.0),
+                                       published=PublishLog(tmp_path / "out", "run"))
+    own = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers]
+    assert {("profile", a.id) for a in own} <= set(FakeMachine.measured)
+    log = PublishLog(tmp_path / "out", "run")
+    assert all(log.figure(baseline_key(a.id)) is not None for a in own)
+    again = finish_with_a_new_baseline(front, settings, profile, tmp_path, (7.0, 50.0), published=log)
+    assert FakeMachine.measured == [] and again.cost.reused > 0
+    assert again.baseline == first.baseline and all(r["stand_in"] for r in again.baseline)
+
+
+def test_baseline_csv_search_json_the_report_and_the_summary_show_the_baseline_s_own_block_beside_its_stand_in(
+        tmp_path):
+    """Every output that shows the baseline shows both comparisons of a point outside the space, each figure as
+    it was measured: here the baseline's own block is the faster, and its speedup the lower."""
+    from rich.console import Console
+
+    from ltsedge.report import write_report
+    from ltsedge.search.loop import SearchResult
+    from ltsedge.search.outputs import write_outputs
+    from ltsedge.search.summary import print_summary
+
+    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, n_head=8)
+    big = max(random_tiny_archs(40, seed=3), key=lambda a: count_params(a).decoder_params)
+    front = [Candidate(big, count_params(big), figure(2.0, 30.0), "measured", 1, "decode_latency_ms")]
+    FakeMachine.figure_of = machine_law  # the baseline's 8 heads twice as fast as its stand-in's 4
+    try:
+        done = finish_with_a_new_baseline(front, settings, profile, tmp_path, None)
+    finally:
+        FakeMachine.figure_of = None
+    summary = {"settings": {"objective": "decode"}, "device": {"name": "fake"}, "fingerprint": {},
+               "generations_completed": 1, "wall_seconds": 1.0,
+               "evaluation": {"measured": 1, "cached": 0, "predicted": 0, "failed": 0, "skipped": 0}}
+    out = tmp_path / "out"
+    result = SearchResult(out, done.frontier, front, done.baseline, summary, settings.budgets)
+    write_outputs(result)
+    rows = list(csv.DictReader((out / "baseline.csv").open()))
+    assert [r["stand_in"] for r in rows] == ["n_head 8->4"] * 2
+    assert all(r["baseline_id"] != r["stand_in_id"] and r["frontier_id"] == r["stand_in_frontier_id"] == big.id
+               for r in rows)
+    assert all(float(r["speedup"]) < float(r["stand_in_speedup"]) for r in rows)  # each figure as it is
+    assert json.loads((out / "search.json").read_text())["baseline_comparison"] == json.loads(
+        json.dumps(done.baseline))
+    console = Console(record=True, width=200)
+    print_summary(result, console)
+    printed = console.export_text()
+    assert "vs the baseline's stand-ins in the space" in printed and "* outside the space" in printed
+    assert all(f"{r[k]:.2f}x" in printed for r in done.baseline for k in ("speedup", "stand_in_speedup"))
+    write_report(out, tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "its stand-ins in the space" in page and "n_head 8-&gt;4" in page
+    assert all(f"{r[k]:.2f}×" in page for r in done.baseline for k in ("speedup", "stand_in_speedup"))

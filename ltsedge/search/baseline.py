@@ -8,9 +8,10 @@ size snapped to the nearest of the space's choices. The search starts from these
 publishing re-measures them beside the front, so each baseline point is judged on a model the search
 could have published, on figures taken together with the front's: its front can only tie or beat it.
 
-Each baseline point is compared with the fastest frontier model that has at least the decoder
-parameters of the model measured for it (so, by the proxy, at least its quality). A baseline model
-measured afresh (no stand-in figure) takes that frontier model's embedding settings (d_embed, div_val,
+Both are reported (``compare``): the baseline model itself, measured afresh where the space does not
+hold it (the study's own baseline, never weakened), and its stand-in. Each is compared with the fastest
+frontier model that has at least its decoder parameters (so, by the proxy, at least its quality). A
+baseline model measured afresh takes that frontier model's embedding settings (d_embed, div_val,
 cutoffs): decoder parameters do not depend on them, and the speedup then measures the topology of the
 blocks, not the output layer.
 """
@@ -144,29 +145,43 @@ def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | No
 def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candidate]) -> set[str]:
     """The front models the comparison will judge the baseline against: for each baseline point, the fastest
     front model with at least the decoder parameters of its stand-in, and of the baseline model itself
-    (measured afresh where the stand-in has no figure). Publishing keeps them whatever thinning would
-    cover them with: a kept neighbour with fewer decoder parameters does not count for the point, and one
-    with more may be up to the resolution slower (the study's search here compared its 3-layer point with
-    a model 7% slower than the front's own, before either was re-measured)."""
+    (both are compared). Publishing keeps them whatever thinning would cover them with: a kept neighbour
+    with fewer decoder parameters does not count for the point, and one with more may be up to the
+    resolution slower (the study's search here compared its 3-layer point with a model 7% slower than the
+    front's own, before either was re-measured)."""
     models = baseline_architectures(spec, space) + [a for a in stand_ins(spec, space) if a is not None]
     return {m.arch.id for a in models if (m := best_match(a, front)) is not None}
 
 
-def compare(points: list[Architecture], baseline: list[Candidate], front: list[Candidate]) -> list[dict]:
-    """One row per baseline point (``points``: the baseline models) with the model measured for it
-    (``baseline``: its stand-in, or itself measured afresh) against the fastest ``front`` model with at
-    least the measured model's decoder parameters."""
+def compare(points: list[Architecture], exact: list[Candidate], stand_in: list[Candidate | None],
+            front: list[Candidate]) -> list[dict]:
+    """One row per baseline point (``points``: the baseline models, in the order of its layers): the baseline
+    model itself as measured (``exact``), then, prefixed ``stand_in_``, its stand-in in the space as measured
+    beside the front (``stand_in``; None where none was), each against the fastest ``front`` model with at
+    least its own decoder parameters. ``stand_in`` says what the stand-in changed of the block ("" inside the
+    space, where it is the baseline model and its columns repeat the baseline's)."""
     rows = []
-    for point, b in zip(points, baseline):
-        row = {"baseline_id": b.arch.id, "n_layer": point.n_layer, "stand_in": shape_changes(point, b.arch),
-               "decoder_params": b.params.decoder_params, "d_embed": b.arch.d_embed, "div_val": b.arch.div_val,
-               "latency_ms": b.latency_ms, "peak_memory_mb": b.memory_mb, "ok": b.ok,
-               "frontier_id": None, "frontier_decoder_params": None, "frontier_latency_ms": None,
-               "frontier_peak_memory_mb": None, "speedup": None, "memory_ratio": None}
-        best = best_match(b.arch, front)
-        if b.ok and best is not None:
-            row.update(frontier_id=best.arch.id, frontier_decoder_params=best.params.decoder_params,
-                       frontier_latency_ms=best.latency_ms, frontier_peak_memory_mb=best.memory_mb,
-                       speedup=b.latency_ms / best.latency_ms, memory_ratio=b.memory_mb / best.memory_mb)
-        rows.append(row)
+    for point, b, s in zip(points, exact, stand_in):
+        judged = _judged(b, front)
+        row = {"baseline_id": judged.pop("id"), "n_layer": point.n_layer, **judged,
+               "stand_in": shape_changes(point, s.arch) if s is not None else ""}
+        rows.append(row | {f"stand_in_{k}": v for k, v in _judged(s, front).items()})
     return rows
+
+
+def _judged(model: Candidate | None, front: list[Candidate]) -> dict:
+    """A measured model's figures against the fastest ``front`` model with at least its decoder parameters
+    (every value None without a model, the front's without a match or a figure)."""
+    row = dict.fromkeys(("id", "decoder_params", "d_embed", "div_val", "latency_ms", "peak_memory_mb", "ok",
+                         "frontier_id", "frontier_decoder_params", "frontier_latency_ms", "frontier_peak_memory_mb",
+                         "speedup", "memory_ratio"))
+    if model is None:
+        return row
+    row.update(id=model.arch.id, decoder_params=model.params.decoder_params, d_embed=model.arch.d_embed,
+               div_val=model.arch.div_val, latency_ms=model.latency_ms, peak_memory_mb=model.memory_mb, ok=model.ok)
+    best = best_match(model.arch, front)
+    if model.ok and best is not None:
+        row.update(frontier_id=best.arch.id, frontier_decoder_params=best.params.decoder_params,
+                   frontier_latency_ms=best.latency_ms, frontier_peak_memory_mb=best.memory_mb,
+                   speedup=model.latency_ms / best.latency_ms, memory_ratio=model.memory_mb / best.memory_mb)
+    return row

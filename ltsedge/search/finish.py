@@ -8,11 +8,12 @@ search started from) are re-measured beside the front even where its figures lef
 those the search did not measure (seeding off aside: not seeded, or only predicted) are measured there
 for the first time: each baseline point is then judged on fresh figures of its stand-in and the front,
 taken together and on one front, so it can only tie or beat it. Thinning keeps them, and for each
-baseline point the front model the comparison will pick (``baseline.comparison_anchors``), whatever
-would cover them. A point without a stand-in figure is measured afresh as the front was (the
-objective's workload at the profile's policy, the others coarsely), so the comparison is of figures
-measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the search's own
-time.
+baseline point the front models the comparison will pick (``baseline.comparison_anchors``), whatever
+would cover them. The baseline model itself is reported beside its stand-in: inside the space they are
+one model, measured once; outside it, or without a stand-in figure, it is measured afresh as the front
+was (the objective's workload at the profile's policy, the others coarsely), so the comparison is of
+figures measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the
+search's own time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ltsedge.architecture import Architecture
 from ltsedge.devices import DeviceProfile, strict
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
-from ltsedge.search.baseline import baseline_architectures, compare, comparison_anchors, seeds_in_space, stand_ins
+from ltsedge.search.baseline import (baseline_architectures, compare, comparison_anchors, seeds_in_space,
+                                     shape_changes, stand_ins)
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
@@ -56,7 +58,7 @@ class PublishCost:
 @dataclass
 class Finished:
     frontier: list[PublishedModel]
-    baseline: list[dict]  # one comparison row per baseline model
+    baseline: list[dict]  # one comparison row per baseline point: the baseline model and its stand-in
     cost: PublishCost = field(default_factory=PublishCost)
 
 
@@ -91,16 +93,17 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     final = [again.get(p.candidate.arch.id, p) for p in fresh]
     front_models = keep_front(final, outdir, settings.budgets)
     clock = time.perf_counter()
-    baseline: list[Candidate] = []
+    exact: list[Candidate] = []
+    stand: list[Candidate | None] = []
     if with_baseline and settings.baseline is not None:
         fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded and p.candidate.ok]
-        baseline = _baseline(settings, profile, runner_factory, log, store, outdir, front_models, fresh_seeds,
-                             published)
+        exact, stand = _baseline(settings, profile, runner_factory, log, store, outdir, front_models, fresh_seeds,
+                                 published)
     cost.baseline_seconds = time.perf_counter() - clock
     cost.published = len(front_models)
     cost.reused = published.taken - before if published is not None else 0
-    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers] if baseline else []
-    return Finished(front_models, compare(points, baseline, [p.candidate for p in front_models]), cost)
+    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers] if exact else []
+    return Finished(front_models, compare(points, exact, stand, [p.candidate for p in front_models]), cost)
 
 
 def _remeasured(models: list[PublishedModel], profile: DeviceProfile, policy: str, runner_factory, objective: str,
@@ -145,16 +148,22 @@ def _contenders(evaluated: list[Candidate], stand_ins: dict[str, Architecture], 
 
 def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outdir: OutputDir,
               front: list[PublishedModel], fresh_seeds: list[Candidate], published: PublishLog | None
-              ) -> list[Candidate]:
-    """The model measured for each baseline point, in the order of its layers. Where publishing measured
-    its stand-in in the space beside the front (``fresh_seeds``), that figure; every other one the
-    baseline model itself measured afresh (never from the store), with the embedding settings of the
-    frontier model it is compared with, as the front was re-measured: the objective's workload at the
-    profile's policy, the others coarsely: only the objective is compared, and in a decode search the
-    prefill timed in full was most of the baseline's time. A figure ``published`` holds (an earlier run
-    of this search took it) is taken instead of measuring."""
+              ) -> tuple[list[Candidate], list[Candidate | None]]:
+    """Each baseline point's baseline model and its stand-in, in the order of its layers. Inside the space
+    they are one block, measured once: the stand-in's figure where publishing measured it beside the
+    front (``fresh_seeds``). Outside it, the stand-in's figure (None where publishing measured none),
+    and the baseline model itself. Every baseline model without a stand-in figure is measured afresh
+    (never from the store), with the embedding settings of the frontier model it is compared with, as
+    the front was re-measured: the objective's workload at the profile's policy, the others coarsely:
+    only the objective is compared, and in a decode search the prefill timed in full was most of the
+    baseline's time. A figure ``published`` holds (an earlier run of this search took it) is taken
+    instead of measuring."""
     fresh = {c.arch.id: c for c in fresh_seeds}
-    chosen = [fresh.get(s.id) if s is not None else None for s in stand_ins(settings.baseline, settings.space)]
+    shapes = stand_ins(settings.baseline, settings.space)
+    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers]
+    inside = [s is not None and not shape_changes(p, s) for p, s in zip(points, shapes)]
+    stand = [fresh.get(s.id) if s is not None else None for s in shapes]
+    chosen = [s if held else None for s, held in zip(stand, inside)]
     own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front])
     figure = WORKLOADS[settings.objective].figure
     for i, arch in enumerate(own):
@@ -171,4 +180,4 @@ def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outd
             if published is not None and c.ok:
                 published.add(baseline_key(c.arch.id), c.measurement)
         chosen = [c if c is not None else measured[a.id] for a, c in zip(own, chosen)]
-    return chosen
+    return chosen, [c if held else s for c, s, held in zip(chosen, stand, inside)]

@@ -68,22 +68,37 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         console.print(f"({MAX_ROWS} of {len(result.frontier)} models, spread over the range: all in frontier.csv)")
     compared = [r for r in result.baseline if r["speedup"] is not None]
     if result.baseline:
-        base = Table(title="vs the layer-scaled baseline (frontier model with at least its decoder params, fastest)")
-        for column in ("baseline layers", "decoder params", "latency ms", "frontier latency ms", "speedup",
-                       "memory ratio"):
-            base.add_column(column, justify="right")
-        for r in result.baseline:
-            layers = f"{r['n_layer']}*" if r.get("stand_in") else str(r["n_layer"])
-            if r["speedup"] is None:
-                base.add_row(layers, f"{r['decoder_params'] / 1e6:.2f}M",
-                             f"{r['latency_ms']:.3g}" if r["latency_ms"] else "failed", "-", "-", "-")
-            else:
-                base.add_row(layers, f"{r['decoder_params'] / 1e6:.2f}M", f"{r['latency_ms']:.3g}",
-                             f"{r['frontier_latency_ms']:.3g}", f"{r['speedup']:.2f}x", f"{r['memory_ratio']:.2f}x")
-        console.print(base)
-        if any(r.get("stand_in") for r in result.baseline):
-            console.print("* outside the space: measured as its nearest shape in it (baseline.csv's stand_in)")
+        console.print(_baseline_table(result.baseline, "vs the layer-scaled baseline (frontier model with at least "
+                                                       "its decoder params, fastest)"))
+        outside = [r for r in result.baseline if r.get("stand_in")]
+        if outside:
+            console.print("* outside the space: measured as it is, and so is its stand-in, its nearest shape in "
+                          "the space (baseline.csv: the stand_in columns)")
+            console.print(_baseline_table(outside, "vs the baseline's stand-ins in the space (measured beside the "
+                                                   "front)", prefix="stand_in_"))
         if not compared:
             console.print("no frontier model reaches the baseline's decoder parameters")
     console.print(f"outputs in {result.out_dir}/: frontier.json, frontier.csv, candidates.csv, "
                   f"{'baseline.csv, ' if result.baseline else ''}search.json, models/")
+
+
+def _baseline_table(rows: list[dict], title: str, prefix: str = "") -> Table:
+    """Each baseline point's model (``prefix`` "stand_in_": its stand-in, with what it changed) against the
+    fastest frontier model with at least its decoder parameters."""
+    base = Table(title=title)
+    columns = ["baseline layers"] + (["stand-in"] if prefix else []) + \
+        ["decoder params", "latency ms", "frontier latency ms", "speedup", "memory ratio"]
+    for column in columns:
+        base.add_column(column, justify="left" if column == "stand-in" else "right")
+    for r in rows:
+        cells = [f"{r['n_layer']}*" if r.get("stand_in") and not prefix else str(r["n_layer"])]
+        cells += [r["stand_in"]] if prefix else []
+        params, latency, speedup = (r.get(prefix + k) for k in ("decoder_params", "latency_ms", "speedup"))
+        cells.append("-" if params is None else f"{params / 1e6:.2f}M")
+        if speedup is None:
+            cells += [f"{latency:.3g}" if latency else "failed", "-", "-", "-"]
+        else:
+            cells += [f"{latency:.3g}", f"{r[prefix + 'frontier_latency_ms']:.3g}", f"{speedup:.2f}x",
+                      f"{r[prefix + 'memory_ratio']:.2f}x"]
+        base.add_row(*cells)
+    return base
