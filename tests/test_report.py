@@ -12,7 +12,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from ltsedge.report.data import load
 from tests.helpers import run_ltsedge as run
+from tests.test_safety_report import search_folder, summary
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +106,54 @@ def test_report_of_a_missing_or_broken_directory(tmp_path, make, message):
     make(target)
     proc = run("report", target, "--out", tmp_path / "r")
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def baseline_row(n_layer: int, stand_in: str = "", **figures) -> dict:
+    """A row of baseline.csv (search.json's baseline_comparison) as a search writes it now."""
+    row = {"baseline_id": f"b{n_layer}", "n_layer": n_layer, "decoder_params": 3000 * n_layer, "ok": True,
+           "latency_ms": 2.0 * n_layer, "peak_memory_mb": 9.0, "frontier_id": "m1", "frontier_latency_ms": 2.5,
+           "speedup": 0.8 * n_layer, "memory_ratio": 1.5, "stand_in": stand_in, "stand_in_id": f"s{n_layer}",
+           "stand_in_decoder_params": 4000 * n_layer, "stand_in_ok": True, "stand_in_latency_ms": 3.0 * n_layer,
+           "stand_in_peak_memory_mb": 9.5, "stand_in_frontier_id": "m1", "stand_in_frontier_latency_ms": 2.5,
+           "stand_in_speedup": 1.2 * n_layer, "stand_in_memory_ratio": 1.6}
+    return {**row, **figures}
+
+
+def report_page(tmp_path, rows: list[dict], name: str = "out") -> str:
+    search = summary()
+    search["baseline_comparison"] = rows
+    out = search_folder(tmp_path / name, search)
+    proc = run("report", out, "--out", tmp_path / f"{name}-report")
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / f"{name}-report" / "index.html").read_text()
+
+
+def test_the_report_shows_a_baseline_point_outside_the_space_and_its_stand_in(tmp_path):
+    page = report_page(tmp_path, [baseline_row(1, "n_layer 1->2; n_head 16->8"), baseline_row(2, "n_head 16->8")])
+    assert "its stand-ins in the space" in page and "<th>stand-in in the space</th>" in page
+    assert "n_layer 1-&gt;2; n_head 16-&gt;8" in page
+    assert all(f"{x:.2f}×" in page for x in (0.8, 1.6, 1.2, 2.4))  # both speedups of both points
+    data = load(tmp_path / "out")
+    assert data.baseline_points("latency_ms") == [(3000, 2.0, 1), (6000, 4.0, 2)]
+    assert data.baseline_points("latency_ms", stand_in=True) == [(4000, 3.0, 1), (8000, 6.0, 2)]
+
+
+def test_older_search_folders_still_report_their_baseline_as_it_was_measured(tmp_path):
+    """A search written before the baseline model was measured beside its stand-in reports as it did: its
+    rows are the baseline's. One written when a point outside the space was measured only as its stand-in
+    holds that stand-in's figures unprefixed: they are shown as the stand-in's, never as the baseline's."""
+    before = {"baseline_id": "b1", "n_layer": 1, "decoder_params": 3000, "d_embed": 64, "div_val": 1,
+              "latency_ms": 2.0, "peak_memory_mb": 9.0, "ok": True, "frontier_id": "m1",
+              "frontier_decoder_params": 3100, "frontier_latency_ms": 2.5, "frontier_peak_memory_mb": 6.0,
+              "speedup": 0.8, "memory_ratio": 1.5}
+    page = report_page(tmp_path, [before], "before")
+    assert "0.80×" in page and "stand-in" not in page
+    assert load(tmp_path / "before").baseline_points("latency_ms") == [(3000, 2.0, 1)]
+
+    stand_in_only = {**before, "stand_in": "n_head 16->8"}
+    page = report_page(tmp_path, [stand_in_only], "stand-in-only")
+    (row,) = load(tmp_path / "stand-in-only").baseline
+    assert row["decoder_params"] is None and row["latency_ms"] is None and row["speedup"] is None
+    assert (row["stand_in_id"], row["stand_in_decoder_params"], row["stand_in_speedup"]) == ("b1", 3000, 0.8)
+    assert load(tmp_path / "stand-in-only").baseline_points("latency_ms") == []
+    assert "<th>stand-in in the space</th>" in page and "n_head 16-&gt;8" in page and "0.80×" in page

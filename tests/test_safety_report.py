@@ -126,6 +126,12 @@ def test_injected_markup_in_typed_fields_is_refused_in_one_line(tmp_path, where,
     (lambda s, f: s["settings"]["budgets"].update(max_latency_ms="5"),
      "search.json: settings.budgets.max_latency_ms must be a finite number"),
     (lambda s, f: s.update(wall_seconds="long"), "search.json: wall_seconds must be a finite number"),
+    (lambda s, f: s["baseline_comparison"][0].update(stand_in_speedup="fast"),
+     "search.json: baseline_comparison[0].stand_in_speedup must be a finite number, not 'fast'"),
+    (lambda s, f: s["baseline_comparison"][0].update(stand_in_decoder_params=2.5),
+     "search.json: baseline_comparison[0].stand_in_decoder_params must be an integer"),
+    (lambda s, f: s["baseline_comparison"][0].update(stand_in=["n_head"]),
+     "search.json: baseline_comparison[0].stand_in must be a string"),
 ])
 def test_a_damaged_field_is_one_error_naming_file_and_field(tmp_path, damage, message):
     search, front = summary(), frontier()

@@ -82,6 +82,19 @@ class SearchData:
     def frontier_points(self) -> list[Point]:
         return [Point(m["id"], m["decoder_params"], _figures(m), True, True, "frontier") for m in self.frontier]
 
+    def baseline_points(self, field: str, stand_in: bool = False) -> list[tuple[int, float, Any]]:
+        """(decoder parameters, figure, layers) of each baseline model measured, for ``field``: the objective's
+        latency or peak memory (the baseline was measured for the objective only). ``stand_in``: each
+        point's stand-in in the space instead, where it is not the baseline model (outside the space)."""
+        if field not in (self.objective_field(), "peak_memory_mb"):
+            return []
+        prefix = "stand_in_" if stand_in else ""
+        key = prefix + ("peak_memory_mb" if field == "peak_memory_mb" else "latency_ms")
+        params = prefix + "decoder_params"
+        return [(int(r[params]), float(r[key]), r["n_layer"]) for r in self.baseline
+                if r.get(key) not in (None, "") and r.get(params) not in (None, "")
+                and r.get(prefix + "ok") not in (False, "False") and (r.get("stand_in") or not stand_in)]
+
 
 def load(out_dir: str | Path) -> SearchData:
     out = Path(out_dir)
@@ -97,7 +110,7 @@ def load(out_dir: str | Path) -> SearchData:
     data = SearchData(out, out.resolve().name, frontier.get("objective") or summary["settings"].get("objective")
                       or "forward", str(frontier.get("device") or (summary.get("device") or {}).get("name")),
                       summary.get("fingerprint") or {}, summary["settings"], summary, frontier["models"],
-                      _candidates(out), summary.get("baseline_comparison") or [])
+                      _candidates(out), _baseline_rows(summary.get("baseline_comparison") or []))
     return data
 
 
@@ -116,6 +129,8 @@ def _finite(value: Any) -> bool:
 KINDS = {"an integer": is_int, "a finite number": _finite, "a string": lambda v: isinstance(v, str),
          "an object": lambda v: isinstance(v, dict), "a list": lambda v: isinstance(v, list)}
 FIGURES = (*LATENCIES, "latency_p90_ms", "peak_memory_mb")
+# A baseline row's figures: the baseline model's, and prefixed stand_in_, its stand-in's in the space.
+BASELINE_FIGURES = ("latency_ms", "peak_memory_mb", "frontier_latency_ms", "speedup", "memory_ratio")
 
 
 def _field(obj: dict, key: str, where: str, kind: str, *, required: bool = False) -> Any:
@@ -161,8 +176,26 @@ def _check_summary(summary: dict, file: str) -> None:
             raise LtsedgeError(f"{where} must be an object")
         for key in ("n_layer", "decoder_params"):
             _field(row, key, f"{where}.", "an integer", required=True)
-        for key in ("latency_ms", "peak_memory_mb", "frontier_latency_ms", "speedup", "memory_ratio"):
+        _field(row, "stand_in", f"{where}.", "a string")
+        _field(row, "stand_in_decoder_params", f"{where}.", "an integer")
+        for key in BASELINE_FIGURES + tuple(f"stand_in_{k}" for k in BASELINE_FIGURES):
             _field(row, key, f"{where}.", "a finite number")
+
+
+def _baseline_rows(rows: list[dict]) -> list[dict]:
+    """The baseline comparison as written now: each point's baseline model, then its stand-in in the space
+    (``stand_in_*``). A search written when a point outside the space was measured only as its stand-in
+    (``stand_in`` naming a change, no ``stand_in_id``) holds the stand-in's figures unprefixed: they are read
+    as the stand-in's, and the baseline model's as not measured, never as the baseline's."""
+    upgraded = []
+    for row in rows:
+        if row.get("stand_in") and "stand_in_id" not in row:
+            point = {k: row[k] for k in ("n_layer", "stand_in")}
+            measured = {k: v for k, v in row.items() if k not in point}
+            row = {**point, **dict.fromkeys(measured),
+                   **{f"stand_in_{'id' if k == 'baseline_id' else k}": v for k, v in measured.items()}}
+        upgraded.append(row)
+    return upgraded
 
 
 def _check_frontier(frontier: dict, file: str) -> None:

@@ -69,12 +69,19 @@ def slice_figure(data: SearchData, field: str):
     fig.add_trace(go.Scatter(x=[p.params for p in front], y=[p.figures[field] for p in front], mode="lines+markers",
                              name=f"frontier ({len(front)})", line=dict(color=FRONT), marker=dict(size=9),
                              text=[p.id for p in front], hovertemplate="%{text}<br>%{x:,} params<br>%{y:.4g}"))
-    key = "peak_memory_mb" if field == "peak_memory_mb" else "latency_ms"
-    rows = [r for r in data.baseline if r.get(key) not in (None, "") and field in (data.objective_field(), "peak_memory_mb")]
-    if rows:
-        fig.add_trace(go.Scatter(x=[r["decoder_params"] for r in rows], y=[r[key] for r in rows],
-                                 mode="lines+markers+text", name="layer-scaled baseline", text=[f"{r['n_layer']}L" for r in rows],
+    points = data.baseline_points(field)
+    if points:
+        fig.add_trace(go.Scatter(x=[x for x, _, _ in points], y=[y for _, y, _ in points],
+                                 mode="lines+markers+text", name="layer-scaled baseline",
+                                 text=[f"{n}L" for *_, n in points],
                                  textposition="top center", line=dict(color=BASELINE, dash="dash")))
+    stand_ins = data.baseline_points(field, stand_in=True)
+    if stand_ins:
+        fig.add_trace(go.Scatter(x=[x for x, _, _ in stand_ins], y=[y for _, y, _ in stand_ins], mode="lines+markers",
+                                 name="its stand-ins in the space", text=[f"stand-in of {n}L" for *_, n in stand_ins],
+                                 opacity=0.6, line=dict(color=BASELINE, dash="dot"),
+                                 marker=dict(symbol="diamond-open"),
+                                 hovertemplate="%{text}<br>%{x:,} params<br>%{y:.4g}"))
     limit = {data.objective_field(): data.budgets.get("max_latency_ms"),
              "peak_memory_mb": data.budgets.get("max_memory_mb")}.get(field)
     if limit is not None:
@@ -216,12 +223,28 @@ def _frontier_table(data: SearchData, field: str, prefix: str) -> str:
 
 
 def _baseline_table(data: SearchData) -> str:
-    rows = "".join(f"<tr><td>{_text(r['n_layer'])}</td><td>{int(r['decoder_params']):,}</td>"
-                   f"<td>{_num(r.get('latency_ms'))}</td><td>{_num(r.get('frontier_latency_ms'))}</td>"
-                   f"<td>{_ratio(r.get('speedup'))}</td><td>{_ratio(r.get('memory_ratio'))}</td></tr>"
-                   for r in data.baseline)
-    return ("<table><tr><th>baseline layers</th><th>decoder params</th><th>latency</th><th>frontier latency</th>"
-            f"<th>speedup</th><th>memory ratio</th></tr>{rows}</table>")
+    """Each point's baseline model against the fastest frontier model with at least its decoder parameters;
+    where any lies outside the space, its stand-in in the space against its own match too."""
+    outside = any(r.get("stand_in") for r in data.baseline)
+    columns = ["baseline layers", "decoder params", "latency", "frontier latency", "speedup", "memory ratio"]
+    if outside:
+        columns += ["stand-in in the space", "its decoder params", "its latency", "its frontier latency",
+                    "its speedup", "its memory ratio"]
+    rows = []
+    for r in data.baseline:
+        cells = [_text(r["n_layer"]), _count(r.get("decoder_params")), _num(r.get("latency_ms")),
+                 _num(r.get("frontier_latency_ms")), _ratio(r.get("speedup")), _ratio(r.get("memory_ratio"))]
+        if outside:
+            same = "the same block" if r.get("stand_in_id") not in (None, "") else "–"
+            cells += [_text(r.get("stand_in") or same), _count(r.get("stand_in_decoder_params")),
+                      _num(r.get("stand_in_latency_ms")), _num(r.get("stand_in_frontier_latency_ms")),
+                      _ratio(r.get("stand_in_speedup")), _ratio(r.get("stand_in_memory_ratio"))]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    note = ("<p class='muted'>A baseline model the space does not hold is measured as it is, and so is its "
+            "nearest shape in the space (its stand-in; the column says what changed), both beside the front: each "
+            "against the fastest frontier model with at least its own decoder parameters.</p>" if outside else "")
+    return ("<table><tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>" + "".join(rows) + "</table>"
+            + note)
 
 
 def _settings(data: SearchData) -> str:
@@ -250,6 +273,10 @@ def _quality(proxy) -> str:
 def _text(value) -> str:
     """Any value read from a file, as HTML text: escaped whatever its type."""
     return html.escape(str(value))
+
+
+def _count(value) -> str:
+    return "–" if value in (None, "") else f"{int(value):,}"
 
 
 def _num(value) -> str:

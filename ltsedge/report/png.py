@@ -66,16 +66,17 @@ def slice_png(data: SearchData, field: str, path: Path) -> Path:
 
 
 def _baseline(ax, data: SearchData, field: str) -> None:
-    key = {"peak_memory_mb": "peak_memory_mb"}.get(field, "latency_ms")
-    if field not in (data.objective_field(), "peak_memory_mb"):
-        return  # the baseline was measured for the objective's latency only
-    rows = [r for r in data.baseline if r.get(key) not in (None, "") and r.get("ok") not in (False, "False")]
-    if not rows:
-        return
-    xs, ys = [int(r["decoder_params"]) for r in rows], [float(r[key]) for r in rows]
-    ax.plot(xs, ys, "s--", c=BASELINE, ms=4, lw=1.1, label="layer-scaled baseline")
-    for x, y, r in zip(xs, ys, rows):
-        ax.annotate(f"{r['n_layer']}L", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=BASELINE)
+    """The layer-scaled baseline, and where the space does not hold it, its stand-ins in the space."""
+    points = data.baseline_points(field)
+    if points:
+        ax.plot([x for x, _, _ in points], [y for _, y, _ in points], "s--", c=BASELINE, ms=4, lw=1.1,
+                label="layer-scaled baseline")
+        for x, y, n in points:
+            ax.annotate(f"{n}L", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=BASELINE)
+    stand_ins = data.baseline_points(field, stand_in=True)
+    if stand_ins:
+        ax.plot([x for x, _, _ in stand_ins], [y for _, y, _ in stand_ins], "D:", c=BASELINE, ms=4, lw=1.0,
+                alpha=0.55, mfc="none", label="its stand-ins in the space")
 
 
 def _budgets(ax, data: SearchData, field: str) -> None:
