@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
@@ -21,7 +22,7 @@ from ltsedge.search.candidate import Candidate
 from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel, undecided
 from ltsedge.search.outdir import OutputDir
-from ltsedge.search.pareto import pareto_front, thin
+from ltsedge.search.pareto import cap, pareto_front, thin
 from ltsedge.store import MeasurementStore
 from tests.helpers import random_tiny_archs
 
@@ -173,6 +174,33 @@ def test_finish_exports_and_measures_only_the_thinned_front(tmp_path):
     assert not (tmp_path / "out" / "models" / a[1]).exists()
     assert [p.candidate.arch.id for p in done.frontier] == [a[0], a[2], a[3]]
     assert (done.cost.front, done.cost.thinned, done.cost.strict, done.cost.published) == (4, 3, 0, 3)
+
+
+def test_max_bundles_caps_what_is_written_and_says_what_it_left_out(tmp_path):
+    """A 3-objective front of 233 models wrote 44 GB: --max-bundles bounds it, spread over the parameters."""
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, baseline=False, resolution=0, max_bundles=3))
+    front = [p.candidate for p in published([(1.0, 10), (2.0, 20), (3.0, 15), (4.0, 14), (5.0, 13)])]
+    a = [c.arch.id for c in front]
+    FakeMachine.search_figures = {i: (c.latency_ms, c.memory_mb) for i, c in zip(a, front)}
+    FakeMachine.strict_figures = {}
+    FakeMachine.measured, FakeMachine.search_tolerance = [], profile.tolerance
+    with MeasurementStore(tmp_path / "s.sqlite") as store, OutputDir(tmp_path / "out") as outdir:
+        done = finish(front, settings, profile, store, outdir, runner_factory=FakeMachine, log=lambda m: None)
+    assert [p.candidate.arch.id for p in done.frontier] == [a[0], a[2], a[4]]  # the first, the middle, the last
+    assert sorted(i for _, i in FakeMachine.measured) == sorted([a[0], a[2], a[4]])  # the rest: not even measured
+    assert sorted(p.name for p in (tmp_path / "out" / "models").iterdir()) == sorted([a[0], a[2], a[4]])
+    assert (done.cost.thinned, done.cost.capped, done.cost.published) == (3, 2, 3)
+
+
+def test_the_cap_keeps_the_baseline_comparison_s_models_first():
+    front = [SimpleNamespace(arch=SimpleNamespace(id=f"m{p}"), **vars(point(p, 10.0 - p, 10.0))) for p in range(1, 9)]
+    keep = {front[1].arch.id, front[2].arch.id}
+    assert [c.arch.id for c in cap(front, 3, keep)] == [front[1].arch.id, front[2].arch.id, front[7].arch.id]
+    assert [c.arch.id for c in cap(front, 1, keep)] == [front[2].arch.id]  # over the cap alone: spread
+    assert cap(front, None, keep) == front and cap(front, 8, keep) == front
+    with pytest.raises(LtsedgeError, match="--max-bundles 0 is out of range"):
+        resolve(SearchOptions(preset="smoke", max_bundles=0))
 
 
 def test_seeded_baseline_models_off_the_front_are_re_measured_beside_it_and_judge_the_comparison(tmp_path):

@@ -65,6 +65,10 @@ def search(
     resolution: float = typer.Option(0.1, "--resolution", min=0.0, max=1.0, help="Publish a thinned front: every "
                                      "front model left out has a published one within this factor in decoder "
                                      "parameters, latency and memory (0: the whole front)."),
+    max_bundles: Optional[int] = typer.Option(None, "--max-bundles", min=1, help="Publish at most this many models "
+                                              "(the baseline comparison's first, the rest spread over the decoder "
+                                              "parameters); the summary says how many were left out. Default: "
+                                              "the thinned front whole."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | int8 | int4 (fp16 on CUDA): every "
                                             "candidate exported and measured as apps ship it (default: the "
                                             "profile's [export] precision, else fp32)."),
@@ -101,7 +105,8 @@ def search(
         max_params=max_params, sequence=sequence, baseline=baseline, baseline_d_model=baseline_d_model,
         baseline_d_inner=baseline_d_inner, baseline_n_head=baseline_n_head, baseline_layers=baseline_layers,
         target_ort=target_ort, objective=objective, racing=racing, measure=measure, seed_baseline=seed_baseline, precision=precision,
-        quantization=quantization, search_timing=search_timing, resolution=resolution, scheduler=scheduler,
+        quantization=quantization, search_timing=search_timing, resolution=resolution, max_bundles=max_bundles,
+        scheduler=scheduler,
         machine=machine, store_path=store_path, fresh=fresh, restart=restart, quiet=quiet, proxy=proxy,
     )
     with when_scheduler_lost(SEARCH_LOST):

@@ -45,6 +45,7 @@ class SearchOptions:
     quantization: object | None = None  # exporters.quantize.QuantOptions: how the precision is reached
     search_timing: str | None = None  # coarse | profile; None: coarse with --measure front, else profile
     resolution: float = 0.1  # publishing: the front thinned to models this far apart (0: all of it)
+    max_bundles: int | None = None  # publishing: at most this many models written (None: no cap)
     seed_baseline: bool = True  # start the search from the layer-scaled baseline models the space holds
     precision: str | None = None  # fp32 | int8 | int4 | fp16 (CUDA); None: the profile's [export], else fp32
     scheduler: str | None = None  # a Dask scheduler whose ltsedge agents measure (runners/remote.py)
@@ -84,6 +85,7 @@ def resolve(options: SearchOptions):
         baseline=_baseline(options, preset.baseline(space.backbone)), target_ort=_first(options.target_ort, profile.target_ort),
         objective=objective, racing=options.racing, measure=_measure(options.measure),
         seed_baseline=options.seed_baseline, timing=options.search_timing, resolution=options.resolution,
+        max_bundles=options.max_bundles,
         quantization=options.quantization, proxy=_proxy(options.proxy, space.backbone),
         precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )

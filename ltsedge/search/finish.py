@@ -32,7 +32,7 @@ from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
 from ltsedge.workloads import WORKLOADS
-from ltsedge.search.pareto import thin
+from ltsedge.search.pareto import cap, thin
 from ltsedge.search.outdir import OutputDir
 from ltsedge.search.publish_log import PublishLog, baseline_key, remeasured_key
 
@@ -41,6 +41,7 @@ from ltsedge.search.publish_log import PublishLog, baseline_key, remeasured_key
 class PublishCost:
     front: int = 0  # models the search's front held
     thinned: int = 0  # of those, the ones kept at the resolution (exported and re-measured)
+    capped: int = 0  # of the ones kept at the resolution, left out by --max-bundles
     contenders: int = 0  # the baseline's stand-ins off the search's front, (re-)measured beside it
     published: int = 0  # models the re-measured front holds
     strict: int = 0  # of the front, measured again strictly (undecided at the profile's policy)
@@ -72,11 +73,13 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
         if settings.baseline is not None else {}
     anchors = comparison_anchors(settings.baseline, settings.space, front) \
         if with_baseline and settings.baseline is not None else set()
-    kept = thin(front, settings.resolution, keep=set(seeded) | anchors)
+    thinned = thin(front, settings.resolution, keep=set(seeded) | anchors)
+    kept = cap(thinned, settings.max_bundles, keep=set(seeded) | anchors)
     off_front = {i: a for i, a in seeded.items() if i not in {c.arch.id for c in kept}}
     contenders = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
         if with_baseline else []
-    cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution)
+    cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution,
+                       capped=len(thinned) - len(kept))
     clock = time.perf_counter()
     written = write_frontier(kept + contenders, outdir, settings.export_options,
                              execution_provider=profile.execution_provider)

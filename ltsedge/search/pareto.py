@@ -57,6 +57,30 @@ def thin(front: list, resolution: float, keep: frozenset[str] | set[str] = froze
     return sorted(kept, key=lambda c: c.params.decoder_params)
 
 
+def spread(items: list, n: int) -> list:
+    """At most n of ``items``, evenly spaced, the first and the last included."""
+    if len(items) <= n:
+        return list(items)
+    if n == 1:
+        return [items[-1]]
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+def cap(kept: list, limit: int | None, keep: frozenset[str] | set[str] = frozenset()) -> list:
+    """At most ``limit`` of the thinned front ``kept`` (sorted by decoder parameters; None: all): a user's
+    disk, not the front, bounds what is written (a 3-objective front of 233 models wrote 44 GB). The ids in
+    ``keep`` (what the baseline comparison reads) first, then the others spread evenly over the decoder
+    parameters; where ``keep`` alone is over the limit, it is spread the same way."""
+    if limit is None or len(kept) <= limit:
+        return list(kept)
+    must = [c for c in kept if c.arch.id in keep]
+    if len(must) >= limit:
+        return spread(must, limit)
+    chosen = {c.arch.id for c in must} | {c.arch.id for c in spread([c for c in kept if c.arch.id not in keep],
+                                                                      limit - len(must))}
+    return [c for c in kept if c.arch.id in chosen]
+
+
 @dataclass(frozen=True)
 class HypervolumeScale:
     """Fixed normalisation so hypervolumes of one search (or of compared searches) are comparable."""

@@ -46,6 +46,9 @@ class SearchSettings:
     # Publishing: the front thinned so that every front model left out has a published one within this
     # factor in each objective (0: the whole front; pareto.thin)
     resolution: float = 0.1
+    # Publishing: at most this many models written (None: the thinned front whole); the baseline
+    # comparison's models first (pareto.cap). Not part of the identity: a resume may publish more or fewer.
+    max_bundles: int | None = None
     quantization: QuantOptions | None = None  # how the precision is reached (None: onnxruntime's defaults, as ltsedge sets them)
     # NSGA-II's quality objective: None, decoder parameters (the study's proxy); or a proxy a check fitted on
     # the user's text (proxycheck.fitted.FittedProxy), part of the identity so a resume cannot switch proxies
@@ -59,6 +62,9 @@ class SearchSettings:
         if not (isinstance(self.resolution, (int, float)) and not isinstance(self.resolution, bool)
                 and 0 <= self.resolution <= 1):
             raise LtsedgeError(f"--resolution {self.resolution!r} is out of range: use 0 (the whole front) to 1")
+        if self.max_bundles is not None and (not isinstance(self.max_bundles, int) or isinstance(self.max_bundles, bool)
+                                             or self.max_bundles < 1):
+            raise LtsedgeError(f"--max-bundles {self.max_bundles!r} is out of range: use 1 or more")
         # Checked before anything starts: NSGA-II would try to sample a billion candidates and hang silently.
         for name, low, high in (("population", 2, MAX_POPULATION), ("generations", 1, MAX_GENERATIONS)):
             value = getattr(self, name)
@@ -81,6 +87,7 @@ class SearchSettings:
 
     def to_dict(self) -> dict:
         return {**self._evolution(), "generations": self.generations, "resolution": self.resolution,
+                "max_bundles": self.max_bundles,
                 "baseline": self.baseline.to_dict() if self.baseline else None}
 
     def _evolution(self) -> dict:

@@ -7,15 +7,9 @@ from rich.table import Table
 
 from ltsedge.runners.measurement import Measurement
 from ltsedge.search.loop import SearchResult
+from ltsedge.search.pareto import spread
 
 MAX_ROWS = 12  # the summary fits one screen; frontier.csv has every model
-
-
-def _spread(items: list, n: int) -> list:
-    """At most n items, evenly spaced, first and last included."""
-    if len(items) <= n:
-        return items
-    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
 def _p90(measurement: Measurement, objective: str) -> float:
@@ -47,6 +41,9 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
                       f"({(publish['remeasure_seconds'] + publish['strict_seconds']) / 60:.1f} min)"
                       + (f"; {publish['reused']} of these figures as an earlier run of this search took them"
                          if publish.get("reused") else ""))
+        if publish.get("capped"):
+            console.print(f"--max-bundles: {publish['capped']} front models left out (not written, not re-measured; "
+                          f"frontier.csv lists the ones published; raise --max-bundles to publish more)")
     objective = s["settings"].get("objective", "forward")
     model = s.get("cost_model") or {}
     checked = [f"{name} {model[name]['median_error']:.1%} (interval held {model[name]['interval_coverage']:.0%})"
@@ -58,7 +55,7 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
     table = Table(title=f"Pareto frontier ({len(result.frontier)} models, objective: {objective})")
     for column in ("id", "decoder params", latency, "peak MB", "layers x d_model"):
         table.add_column(column, justify="right" if column != "id" else "left")
-    for p in _spread(result.frontier, MAX_ROWS):
+    for p in spread(result.frontier, MAX_ROWS):
         c, m = p.candidate, p.candidate.measurement
         table.add_row(c.arch.id, f"{c.params.decoder_params / 1e6:.2f}M",
                       f"{c.latency_ms:.3g} ({_p90(m, objective):.3g})", f"{m.peak_memory_mb:.3g}",
