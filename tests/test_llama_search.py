@@ -17,6 +17,7 @@ from ltsedge.proxy import count_params
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
+from ltsedge.search.baseline import stacked
 from tests.helpers import ltsedge_cli, one_line_exit_2
 
 SMOLLM2_135M_PARAMS = 134_515_008  # transformers' count of HuggingFaceTB/SmolLM2-135M
@@ -40,12 +41,12 @@ def test_the_llama_baseline_is_smollm2_135m_scaled_by_layers():
     settings, _ = resolve(SearchOptions(preset="llama-edge", quiet=True))
     spec, space = settings.baseline, settings.space
     assert spec.layers == tuple(range(2, 31, 2))
-    smollm2 = spec.architecture(30, space)
+    smollm2 = stacked(spec, 30, space)
     assert (smollm2.n_head, smollm2.n_kv_head, smollm2.head_dim) == ((9,) * 30, (3,) * 30, 64)
     assert (smollm2.d_model, smollm2.d_inner, smollm2.vocab_size, smollm2.tie_embeddings) == (576, (1536,) * 30,
                                                                                               49152, True)
     assert count_params(smollm2).total_params == SMOLLM2_135M_PARAMS
-    assert all(space.contains(spec.architecture(n, space)) for n in spec.layers)  # the search can start from them
+    assert all(space.contains(stacked(spec, n, space)) for n in spec.layers)  # the search can start from them
 
 
 def test_baseline_options_are_checked_against_its_grouped_heads(tmp_path):

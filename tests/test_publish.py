@@ -23,6 +23,7 @@ from ltsedge.search.finish import finish
 from ltsedge.search.frontier import PublishedModel, undecided
 from ltsedge.search.outdir import OutputDir
 from ltsedge.search.pareto import cap, pareto_front, thin
+from ltsedge.search.baseline import stacked
 from ltsedge.store import MeasurementStore
 from tests.helpers import random_tiny_archs
 
@@ -364,7 +365,7 @@ def test_the_front_model_a_baseline_point_outside_the_space_is_compared_with_is_
     def block(d_model: int, d_inner: int) -> Architecture:
         return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
 
-    baseline, stand_in = settings.baseline.architecture(1, settings.space), block(64, 128)
+    baseline, stand_in = stacked(settings.baseline, 1, settings.space), block(64, 128)
     fast, x, y = block(48, 200), block(64, 160), block(64, 176)
     params = [count_params(a).decoder_params for a in (baseline, fast, stand_in, x, y)]
     assert params == sorted(params) and params[4] < 1.1 * params[3]  # y covers x within 10%
@@ -437,7 +438,7 @@ def test_a_baseline_point_outside_the_space_reports_its_own_block_and_its_stand_
     def block(d_model: int, d_inner: int) -> Architecture:
         return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
 
-    baseline, stand_in = settings.baseline.architecture(1, settings.space), block(64, 128)
+    baseline, stand_in = stacked(settings.baseline, 1, settings.space), block(64, 128)
     small, near, big = block(48, 160), block(48, 176), block(64, 160)
     params = [count_params(a).decoder_params for a in (baseline, small, near, stand_in, big)]
     assert params == sorted(params) and params[2] < 1.1 * params[1]  # near covers small within 10%
@@ -467,7 +468,7 @@ def test_a_baseline_point_inside_the_space_is_its_own_stand_in_measured_once(tmp
     settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
                                               quiet=True, resolution=0, seed_baseline=seeded))
     shapes = stand_ins(settings.baseline, settings.space)  # the baseline's blocks, in the space's output layer
-    assert [shape_changes(settings.baseline.architecture(a.n_layer, settings.space), a) for a in shapes] == ["", ""]
+    assert [shape_changes(stacked(settings.baseline, a.n_layer, settings.space), a) for a in shapes] == ["", ""]
     big = max(random_tiny_archs(40, seed=3), key=lambda a: count_params(a).decoder_params)
     front = [Candidate(big, count_params(big), figure(2.0, 30.0), "measured", 1, "decode_latency_ms")]
     FakeMachine.figure_of = lambda a: (1.0 + count_params(a).decoder_params / 1e4, 10.0)  # 4.4 and 7.7 ms
@@ -496,7 +497,7 @@ def test_a_rerun_publishes_the_baseline_s_own_block_and_its_stand_in_from_the_fi
     (tmp_path / "out").mkdir()
     first = finish_with_a_new_baseline(front, settings, profile, tmp_path, (5.0, 40.0),
                                        published=PublishLog(tmp_path / "out", "run"))
-    own = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers]
+    own = [stacked(settings.baseline, n, settings.space) for n in settings.baseline.layers]
     assert {("profile", a.id) for a in own} <= set(FakeMachine.measured)
     log = PublishLog(tmp_path / "out", "run")
     assert all(log.figure(baseline_key(a.id)) is not None for a in own)

@@ -23,6 +23,7 @@ from ltsedge.proxy import count_params
 from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.loop import SearchRun
+from ltsedge.search.baseline import stacked
 from ltsedge.runners.measurement import Measurement
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
@@ -332,7 +333,7 @@ def test_a_search_whose_baseline_lies_outside_its_space_starts_from_the_nearest_
     assert [(a.n_layer, set(a.n_head), a.d_model, set(a.d_inner)) for a in seeds] == \
         [(n, {8}, 1024, {3072}) for n in range(2, 17)]  # 1 and 2 layers: one shape
     assert all(study.space.contains(a) for a in seeds)
-    assert all(count_params(a).decoder_params == count_params(study.baseline.architecture(a.n_layer, study.space))
+    assert all(count_params(a).decoder_params == count_params(stacked(study.baseline, a.n_layer, study.space))
                .decoder_params for a in seeds)  # GPT-2's heads do not change its parameters
 
     out = tmp_path / "out"
@@ -364,7 +365,7 @@ def test_a_llama_baseline_outside_its_space_stands_in_it_with_its_grouped_heads_
     assert all(settings.space.contains(a) for a in seeds)
     from ltsedge.search.baseline import shape_changes  # what baseline.csv's stand_in says
 
-    assert shape_changes(settings.baseline.architecture(1, settings.space), seeds[0]) == \
+    assert shape_changes(stacked(settings.baseline, 1, settings.space), seeds[0]) == \
         "n_head 6->4; n_kv_head 3->2; head_dim 64->32"
 
 

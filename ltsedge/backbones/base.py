@@ -43,15 +43,6 @@ class BaselineSpec:
     n_kv_head: int | None = None
     head_dim: int | None = None
 
-    def architecture(self, n_layer: int, space) -> Architecture:
-        """The block stacked ``n_layer`` deep, in the space's backbone, vocabulary and context."""
-        from ltsedge.architecture import Architecture
-
-        grouped = {"n_kv_head": [self.n_kv_head] * n_layer} if self.n_kv_head is not None else {}
-        return Architecture(n_layer=n_layer, d_model=self.d_model, n_head=[self.n_head] * n_layer,
-                            d_inner=[self.d_inner] * n_layer, head_dim=self.head_dim, vocab_size=space.vocab_size,
-                            n_positions=space.n_positions, backbone=space.backbone, **grouped)
-
     def to_dict(self) -> dict:
         out = {"d_model": self.d_model, "d_inner": self.d_inner, "n_head": self.n_head, "layers": list(self.layers)}
         # Only where set: the baselines of the backbones without them read as they did.

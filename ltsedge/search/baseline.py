@@ -31,13 +31,21 @@ SHAPE_FIELDS = ("n_layer", "d_model", "n_head", "d_inner")
 REPORTED_FIELDS = SHAPE_FIELDS + ("block_types",) + FAMILY_FIELDS
 
 
+def stacked(spec: BaselineSpec, n_layer: int, space: SearchSpace) -> Architecture:
+    """The baseline's block stacked ``n_layer`` deep, in the space's backbone, vocabulary and context."""
+    grouped = {"n_kv_head": [spec.n_kv_head] * n_layer} if spec.n_kv_head is not None else {}
+    return Architecture(n_layer=n_layer, d_model=spec.d_model, n_head=[spec.n_head] * n_layer,
+                        d_inner=[spec.d_inner] * n_layer, head_dim=spec.head_dim, vocab_size=space.vocab_size,
+                        n_positions=space.n_positions, backbone=space.backbone, **grouped)
+
+
 def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[Candidate] = ()
                            ) -> list[Architecture]:
     """The baseline models in the space's backbone and vocabulary, each with the embedding settings of
     the frontier model it will be compared with (without one: the front's largest model's, else plain)."""
     archs = []
     for n in spec.layers:
-        arch = spec.architecture(n, space)
+        arch = stacked(spec, n, space)
         match = best_match(arch, front) or (max(front, key=lambda f: f.params.decoder_params) if front else None)
         if match is not None and match.arch.adaptive:
             arch = Architecture.from_dict({**arch.to_dict(), "d_embed": match.arch.d_embed,
@@ -48,7 +56,7 @@ def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[C
 
 def stand_ins(spec: BaselineSpec, space: SearchSpace) -> list[Architecture | None]:
     """Each baseline point's model as the space holds it (``in_space_shape``), in the order of its layers."""
-    return [in_space_shape(spec.architecture(n, space), space) for n in spec.layers]
+    return [in_space_shape(stacked(spec, n, space), space) for n in spec.layers]
 
 
 def seeds_in_space(spec: BaselineSpec, space: SearchSpace, limit: int) -> list[Architecture]:

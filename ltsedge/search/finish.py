@@ -26,7 +26,7 @@ from ltsedge.devices import DeviceProfile, strict
 from ltsedge.proxy import count_params
 from ltsedge.runners.measurement import Measurement
 from ltsedge.search.baseline import (baseline_architectures, compare, comparison_anchors, seeds_in_space,
-                                     shape_changes, stand_ins)
+                                     shape_changes, stacked, stand_ins)
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
@@ -105,7 +105,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     cost.baseline_seconds = time.perf_counter() - clock
     cost.published = len(front_models)
     cost.reused = published.taken - before if published is not None else 0
-    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers] if exact else []
+    points = [stacked(settings.baseline, n, settings.space) for n in settings.baseline.layers] if exact else []
     return Finished(front_models, compare(points, exact, stand, [p.candidate for p in front_models]), cost)
 
 
@@ -163,7 +163,7 @@ def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outd
     instead of measuring."""
     fresh = {c.arch.id: c for c in fresh_seeds}
     shapes = stand_ins(settings.baseline, settings.space)
-    points = [settings.baseline.architecture(n, settings.space) for n in settings.baseline.layers]
+    points = [stacked(settings.baseline, n, settings.space) for n in settings.baseline.layers]
     inside = [s is not None and not shape_changes(p, s) for p, s in zip(points, shapes)]
     stand = [fresh.get(s.id) if s is not None else None for s in shapes]
     chosen = [s if held else None for s, held in zip(stand, inside)]
