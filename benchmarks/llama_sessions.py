@@ -90,7 +90,7 @@ class SideBySide:
             self.conns[label], self.procs = parent, [*self.procs, proc]
         for conn in self.conns.values():
             assert conn.recv() == "ready"
-        self.samples: dict[tuple[str, str], list[float]] = {}
+        self.rounds: dict[tuple[str, str], list[list[float]]] = {}  # each round's runs
 
     def time(self, workload: str, rounds: int, runs: int) -> None:
         """``rounds`` rounds, each model in turn (the order rotating) running ``runs`` timed runs."""
@@ -98,10 +98,16 @@ class SideBySide:
         for r in range(rounds):
             for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                 self.conns[label].send((workload, runs))
-                self.samples.setdefault((label, workload), []).extend(self.conns[label].recv())
+                self.rounds.setdefault((label, workload), []).append(self.conns[label].recv())
 
     def median(self, label: str, workload: str) -> float:
-        return statistics.median(self.samples[label, workload])
+        return statistics.median(t for runs in self.rounds[label, workload] for t in runs)
+
+    def ratio(self, label: str, base: str, workload: str) -> float:
+        """The median over rounds of ``label``'s median / ``base``'s in the same round: a load that changes
+        between rounds cancels out."""
+        pairs = zip(self.rounds[label, workload], self.rounds[base, workload])
+        return statistics.median(statistics.median(a) / statistics.median(b) for a, b in pairs)
 
     def close(self) -> dict[str, float]:
         """Stop the workers; each one's peak memory in MiB."""

@@ -54,6 +54,16 @@ def test_the_contrib_form_is_onnxruntimes_fused_operators_where_the_kernel_takes
     assert plain["Softmax"] == ARCH.n_layer
 
 
+def test_the_plain_form_projects_q_k_and_v_at_once_and_adds_one_mask_to_every_layers_scores():
+    """One packed product for q, k and v (at int4 the activations are quantized once, not thrice) and the mask
+    made once and added, not a Where per layer: a 512-token SmolLM2-135M prefill at int4 took 482 ms, now 427
+    (genai's builder: 404), and a decode step 15.2 ms, now 13.9, on the 2-core VM."""
+    counts = ops(export_model(TIED, ExportOptions(variant="generate", precision="int4")))
+    assert counts["MatMulNBits"] == 5 * TIED.n_layer + 1  # qkv, o, gate, up, down; the output layer
+    assert counts["Split"] == 3 * TIED.n_layer  # q, k and v; the halves of q and of k to rotate
+    assert counts["Where"] == 1 and counts["Softmax"] == TIED.n_layer
+
+
 def _initializers(exported) -> dict[str, np.ndarray]:
     small = {t.name: numpy_helper.to_array(t) for t in exported.proto.graph.initializer}
     return {**small, **dict(exported.weights)}

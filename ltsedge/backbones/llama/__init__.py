@@ -27,8 +27,9 @@ class LlamaBackbone(PackageBackbone):
     name = "llama"
     description = "Llama: pre-RMSNorm blocks, rotary positions, grouped-query attention, SwiGLU"
     variants = ("forward", "generate")
-    # 2: int4 reads the tied embedding from the output layer's blocks, and quantized logits are not copied
-    graph_version = 2
+    # 2: int4 reads the tied embedding from the output layer's blocks, and quantized logits are not copied;
+    # 3: q, k and v from one packed projection, the mask added to the scores
+    graph_version = 3
     # standard operators (graph.py; faster on a CPU: benchmarks/llama_graph_form.py), or onnxruntime's fused ones
     graph_forms = ("plain", "contrib")
     int4_embedding_from_blocks = True

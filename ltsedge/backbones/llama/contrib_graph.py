@@ -29,7 +29,7 @@ from onnx import TensorProto
 
 from ltsedge.backbones.kv_cache import PAST, PRESENT
 from ltsedge.backbones.llama import graph as plain
-from ltsedge.backbones.llama.model import MASKED_SCORE, rotary
+from ltsedge.backbones.llama.model import rotary
 from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
@@ -52,7 +52,8 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
     if any(fused_attention(d) for d in arch.d_head):
         fused = (*_lengths(g, ids_shape, seq_len), None)
     if not all(fused_attention(d) for d in arch.d_head):
-        plain_attention = (g.op("Range", g.const(0), seq_len, g.const(1)), g.causal(g.const(0), seq_len))
+        plain_attention = (g.op("Range", g.const(0), seq_len, g.const(1)),
+                           plain.additive_mask(g, g.causal(g.const(0), seq_len)))
     return _finish(g, arch, spec, ids_shape, fused, plain_attention, cached=False,
                    name=f"ltsedge_{arch.backbone}_contrib")
 
@@ -69,13 +70,13 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     if any(fused_attention(d) for d in arch.d_head):
         # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
         # (the kernel takes no broadcast over the queries)
-        bias = g.op("Unsqueeze", g.op("Where", not_padding, g.const(0.0, np.float32),
-                                      g.const(MASKED_SCORE, np.float32)), g.const([1, 2]))
+        bias = g.op("Unsqueeze", plain.additive_mask(g, not_padding), g.const([1, 2]))
         bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
         fused = (*_lengths(g, ids_shape, total), bias)
     if not all(fused_attention(d) for d in arch.d_head):
         causal = g.causal(g.op("Sub", total, seq_len), total)
-        plain_attention = ("position_ids", g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2]))))
+        allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))
+        plain_attention = ("position_ids", plain.additive_mask(g, allowed))
     return _finish(g, arch, spec, ids_shape, fused, plain_attention, cached=True,
                    name=f"ltsedge_{arch.backbone}_generate_contrib")
 
@@ -93,7 +94,7 @@ def _finish(g: GraphBuilder, arch, spec: ExportSpec, ids_shape: str, fused: tupl
             plain_attention: tuple[str, str] | None, cached: bool, name: str
             ) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The layers on the embedding, the output layer. ``fused``: GroupQueryAttention's (seqlens_k,
-    total_sequence_length, attention_bias or None); ``plain_attention``: graph.py's (positions, allowed), for
+    total_sequence_length, attention_bias or None); ``plain_attention``: graph.py's (positions, mask bias), for
     layers of other head sizes (each None where no layer needs it)."""
     h = g.op("Reshape", g.op("Gather", g.weight("embed_tokens.weight"), "input_ids", axis=0),
              g.const([-1, arch.d_model]))  # [B*T, d]: the residual stream
@@ -143,9 +144,7 @@ def _attention(g: GraphBuilder, arch, i: int, x: str, ids_shape: str, fused: tup
     (rotating them, reading and extending cache ``i``), the output projection."""
     n_head, n_kv, head_dim = arch.n_head[i], arch.kv_heads[i], arch.d_head[i]
     prefix = f"layers.{i}.self_attn"
-    packed = f"{prefix}.qkv_proj.weight"  # [(n_head + 2 n_kv) * hd, d]: q's rows, k's, v's
-    g.weight(packed, np.concatenate([g.weights[f"{prefix}.{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]))
-    qkv = g.op("Reshape", g.matmul_t(x, packed), g.op("Concat", ids_shape, g.const([-1]), axis=0))  # [B, T, .]
+    qkv = g.op("Reshape", plain.qkv_projection(g, arch, i, x), g.op("Concat", ids_shape, g.const([-1]), axis=0))
     seqlens, total, bias = fused
     past = (PAST.format(i=i, kind="key"), PAST.format(i=i, kind="value")) if cached else ("", "")
     inputs = [qkv, "", "", *past, seqlens, total, *tables]
