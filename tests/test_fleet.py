@@ -287,3 +287,27 @@ def test_losing_the_scheduler_stops_the_search_cleanly_and_it_resumes(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr
     ids = [r["id"] for r in candidate_records(out) if r["source"] != "predicted"]  # settled: a second record
     assert len(ids) == len(set(ids)) and {r["id"] for r in before if r["source"] != "predicted"} <= set(ids)
+
+
+def test_a_search_waits_a_bounded_time_for_an_agent_to_connect(tmp_path):
+    """Boards are started beside the search, not always before it: an empty fleet is waited for, then one line."""
+    from ltsedge.devices import load_profile
+    from ltsedge.errors import LtsedgeError
+    from ltsedge.runners.remote import RemoteRunner
+
+    dask = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
+    if dask is None:
+        pytest.skip("the dask command is not installed")
+    port = free_port()
+    scheduler = start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                      tmp_path / "scheduler.log")
+    lines: list[str] = []
+    try:
+        started = time.monotonic()
+        with pytest.raises(LtsedgeError, match="no ltsedge agent connected to the scheduler within 2 s"):
+            RemoteRunner(load_profile("cpu"), f"tcp://127.0.0.1:{port}", log=lines.append, agent_wait_s=2)
+        assert time.monotonic() - started >= 2
+        assert lines == ["waiting up to 2 s for an ltsedge agent to connect to the scheduler"]
+    finally:
+        os.killpg(scheduler.pid, signal.SIGKILL)
+        scheduler.wait()

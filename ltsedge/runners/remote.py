@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +45,8 @@ from ltsedge.runners.measurement import Measurement
 from ltsedge.runners.model_payload import payload
 from ltsedge.runners.policy import Calibration
 
+# An agent started beside the search (its worker imports onnxruntime and calibrates first) is waited for.
+AGENT_WAIT_S, AGENT_POLL_S = 60.0, 0.5
 ANSWER_SLACK_S = 60.0  # beyond the profile's per-model timeout: shipping, loading, the agent's calibration
 LARGE_GRAPH_WARNING = "distributed.admin.large-graph-warning-threshold"
 
@@ -52,7 +55,8 @@ class RemoteRunner:
     """The ``Runner`` interface, measuring on the agents of one machine fingerprint."""
 
     def __init__(self, profile: DeviceProfile, scheduler: str, *, machine: str | None = None,
-                 log: Callable[[str], None] | None = None, timeout_s: float = 30.0, **_: Any):
+                 log: Callable[[str], None] | None = None, timeout_s: float = 30.0,
+                 agent_wait_s: float = AGENT_WAIT_S, **_: Any):
         distributed = distributed_module()
         self.profile, self.log = profile, log or (lambda m: None)
         # Dask logs a lost connection with its tracebacks; the user gets ltsedge's one line instead.
@@ -62,7 +66,7 @@ class RemoteRunner:
             self.client = distributed.Client(scheduler, timeout=timeout_s)
         except (OSError, TimeoutError, asyncio.TimeoutError) as e:
             raise LtsedgeError(f"cannot reach the scheduler {scheduler}: {e}") from None
-        self.agents = self._agents(machine)
+        self.agents = self._agents(machine, agent_wait_s)
         first = next(iter(self.agents.values()))
         self._fingerprint = first["fingerprint"]
         self.machine = fingerprint_hash(self._fingerprint)
@@ -73,11 +77,18 @@ class RemoteRunner:
         # ratios put them on one scale): ``check`` widens its intervals by it.
         self.spread = max(a["calibration"].get("spread", 0.0) for a in self.agents.values())
 
-    def _agents(self, machine: str | None) -> dict[str, dict]:
+    def _agents(self, machine: str | None, wait_s: float) -> dict[str, dict]:
         info = self._call(lambda: self.client.run(agent_info))
+        waited, started = False, time.monotonic()
+        while not info and time.monotonic() - started < wait_s:  # boards are started beside the search, not before
+            if not waited:
+                self.log(f"waiting up to {wait_s:.0f} s for an ltsedge agent to connect to the scheduler")
+                waited = True
+            time.sleep(AGENT_POLL_S)
+            info = self._call(lambda: self.client.run(agent_info))
         if not info:
-            raise LtsedgeError("no ltsedge agent is connected to the scheduler (start one per board with "
-                               "`ltsedge agent --scheduler ...`)")
+            raise LtsedgeError(f"no ltsedge agent connected to the scheduler within {wait_s:.0f} s (start one per "
+                               f"board with `ltsedge agent --scheduler ...`)")
         provider = self.profile.execution_provider
         agents = {a: i for a, i in info.items() if i["execution_provider"] == provider}
         if not agents:
