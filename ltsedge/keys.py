@@ -23,50 +23,6 @@ from ltsedge.workloads import WORKLOADS
 
 WEIGHTS_SCHEME = "shared-v1"  # changes to how candidate weights are made invalidate stored figures
 DEFAULT_VARIANT = "forward"  # keys of the full-sequence forward predate variants: it is left out of them
-DEFAULT_PRECISION = "fp32"  # the same for precisions (ltsedge.exporters.quantize)
-
-
-def candidate_model_key(arch, options=None) -> str:
-    """Store key of an exported candidate: its id and everything that decides the exported bytes, from
-    its ``exporters.options.ExportOptions`` (None: the defaults) whole: ``options.model_key(arch)``.
-
-    Each option other than its default is named (the defaults predate them, and are left out so old keys
-    stay): the variant; where it gives another graph than the per-layer one (which every key without it
-    has always meant), a generate variant's KV-cache layout; a precision other than fp32 (an int8 figure
-    never answers for fp32) with any of its quantization options (``QuantOptions``) other than the
-    defaults; weights in an external data file when asked for (``data=external``: they load otherwise); a graph
-    form other than plain (``form=contrib``: onnxruntime's fused operators, the default of some backbones for
-    targets that run them, ``ExportOptions.graph_form_of``)."""
-    from ltsedge.backbones import get_backbone
-    from ltsedge.exporters.options import ExportOptions
-
-    options = ExportOptions() if options is None else options
-    if not isinstance(options, ExportOptions):
-        raise LtsedgeError(f"export options must be an ExportOptions, not {type(options).__name__}")
-    backbone = get_backbone(arch.backbone)
-    backbone.check_variant(options.variant)
-    target = options.target
-    settings: dict[str, Any] = {"graph": backbone.graph_version, "opset": target.opset,
-                                "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
-    if options.variant != DEFAULT_VARIANT:
-        settings["variant"] = options.variant
-    if options.variant == "generate" and backbone.kv_cache:
-        from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, layout_changes_graph
-
-        layout = options.cache_layout or DEFAULT_CACHE_LAYOUT
-        if layout_changes_graph(arch, layout):
-            settings["cache"] = layout
-    form = options.graph_form_of(backbone)
-    if form != "plain":  # every key without a form is of the plain graph
-        settings["form"] = form
-    if options.precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
-        settings["precision"] = options.precision
-        quantization = options.quantization.key(options.precision) if options.quantization is not None else None
-        if quantization:
-            settings["quantization"] = quantization
-    if options.external_data:  # None (only over 2 GB) and False (inline) are the keys of old
-        settings["data"] = "external"
-    return arch_key(arch.id, settings)
 
 
 def measurement_key(model_key: str, fingerprint: dict, profile, shapes: dict | None = None,

@@ -19,8 +19,8 @@ from ltsedge.devices import DeviceProfile, load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_in, export_model, read_metadata
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import check_precision
-from ltsedge.keys import (DEFAULT_PRECISION, DEFAULT_VARIANT, figure_settings, file_key, measurement_key,
+from ltsedge.precision import DEFAULT_PRECISION, check_precision
+from ltsedge.keys import (DEFAULT_VARIANT, figure_settings, file_key, measurement_key,
                           measurement_settings)
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
@@ -40,7 +40,7 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     target and precision makes both the export and its key). An ONNX file is measured as it is: its
     variant is the one it was exported as (``variant``, when given, must agree), ``shapes`` must name its
     inputs (checked before anything is measured or stored). ``quantization``: how the precision is reached
-    (``exporters.quantize.QuantOptions``; None: the defaults), an architecture's too."""
+    (``precision.QuantOptions``; None: the defaults), an architecture's too."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     path = Path(model)
     if path.is_dir():

@@ -163,14 +163,14 @@ def test_external_data_file_loads_and_equals_the_inline_model(tmp_path):
 def test_a_model_over_protobufs_limit_goes_to_external_data_by_itself(tmp_path, monkeypatch):
     """Above 2 GB the weights move to ``model.onnx.data`` without being asked (the limit lowered here so
     a tiny model crosses it); the bundle then loads and generates as the inline one does."""
-    import ltsedge.exporters as exporters
+    import ltsedge.exporters.exported as exported_module
     from ltsedge.exporters.bundle import write_bundle
     from ltsedge.generation import greedy
 
     arch = tiny_arch()
     inline = export_model(arch, ExportOptions(variant="generate"))
     inline_bytes = inline.to_bytes()
-    monkeypatch.setattr(exporters, "PROTOBUF_LIMIT", inline.nbytes // 2)
+    monkeypatch.setattr(exported_module, "PROTOBUF_LIMIT", inline.nbytes // 2)
     exported = export_model(arch, ExportOptions(variant="generate"))
     assert exported.needs_external_data()
     with pytest.raises(LtsedgeError, match="over protobuf's 2 GB"):

@@ -18,8 +18,8 @@ from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions
-from ltsedge.keys import WEIGHTS_SCHEME, arch_key, candidate_model_key
+from ltsedge.precision import QuantOptions
+from ltsedge.keys import WEIGHTS_SCHEME, arch_key
 from ltsedge.ortcompat import target_for
 from tests.helpers import graph_digest, one_line_exit_2, run_ltsedge
 
@@ -35,7 +35,7 @@ PER_LAYER_KEY = "arch:gpt2-L3-d64-beaaafee17:graph=1:ir=10:opset=21:variant=gene
 
 
 def test_the_defaults_give_the_pinned_keys():
-    assert ExportOptions().model_key(PLAIN) == candidate_model_key(PLAIN) == PLAIN_KEY
+    assert ExportOptions().model_key(PLAIN) == PLAIN_KEY
     assert ExportOptions(target_ort="1.16").model_key(PLAIN) == PLAIN_KEY_116
     assert ExportOptions(variant="generate").model_key(EQUAL) == EQUAL_GENERATE_KEY
     assert ExportOptions(variant="generate", cache_layout="per-layer").model_key(PER_LAYER) == PER_LAYER_KEY
@@ -69,7 +69,7 @@ def test_each_field_changed_changes_the_key():
 
 
 def _key_before(arch, target, variant="forward", precision="fp32", quantization=None, cache_layout=None) -> str:
-    """keys.candidate_model_key as it was before ExportOptions (its keys must not move)."""
+    """The model key as it was before ExportOptions (its keys must not move)."""
     from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, layout_changes_graph
 
     backbone = get_backbone(arch.backbone)
@@ -200,7 +200,7 @@ def test_the_search_exports_and_keys_with_one_options(tmp_path):
                                        objective=settings.objective)
         assert evaluator.store_key(EQUAL)[0] == options.model_key(EQUAL)
         # A search hands the evaluator its one ExportOptions, quantization options included.
-        from ltsedge.exporters.quantize import QuantOptions
+        from ltsedge.precision import QuantOptions
 
         tuned = SearchSettings(objective="decode", precision="int4", quantization=QuantOptions(block_size=64))
         evaluator = CandidateEvaluator(load_profile("cpu"), Stub(), store, tmp_path, Budgets(),

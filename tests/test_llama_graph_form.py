@@ -21,7 +21,7 @@ from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions
+from ltsedge.precision import QuantOptions
 from ltsedge.generation import greedy
 from tests.helpers import larger_than_init, one_line_exit_2, run_ltsedge
 

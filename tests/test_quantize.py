@@ -28,7 +28,7 @@ from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters.bundle import export_to_path
 from ltsedge.exporters.model_precision import precision_of
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions
+from ltsedge.precision import QuantOptions
 from ltsedge.generation import greedy
 from tests.helpers import fake_fingerprint, genai_greedy, max_diff, meas, randomize, run_ltsedge as run
 

@@ -19,7 +19,7 @@ from ltsedge.exporters import export_model, read_metadata
 from ltsedge.exporters import quantize as q
 from ltsedge.exporters import quantizers
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions
+from ltsedge.precision import QuantOptions
 
 ARCHS = [
     Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=256, n_positions=64),

@@ -199,8 +199,10 @@ class PackageBackbone(Backbone):
 
         return generate_spec(arch, cache_layout or DEFAULT_CACHE_LAYOUT)
 
-    def build_graph(self, arch, weights, opset: int, variant: str, cache_layout: str | None = None, **options):
-        graph = self._module("graph")
+    def build_graph(self, arch, weights, opset: int, variant: str, cache_layout: str | None = None,
+                    form: str = "plain", **options):
+        """``graph.py`` builds the default form, ``<form>_graph.py`` each other one (``graph_forms``)."""
+        graph = self._module("graph" if form == self.graph_forms[0] else f"{form}_graph")
         build = graph.build_generate_graph if variant == "generate" else graph.build_graph
         return build(arch, weights, opset, self.export_spec(arch, variant, cache_layout), **options)
 

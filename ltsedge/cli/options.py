@@ -15,7 +15,7 @@ SCHEDULER_HELP = "Measure on the ltsedge agents of this Dask scheduler (tcp://HO
 MACHINE_HELP = "With agents of several kinds of machine: the fingerprint hash of those to measure on."
 PRECISION_HELP = ("fp32 | int8 (onnxruntime's quantize_dynamic) | int4 (MatMulNBits, onnxruntime >= 1.17) | "
                   "fp16 (CUDA execution provider only).")
-# How a precision is reached (exporters.quantize.QuantOptions): a flag left out keeps its default, and the
+# How a precision is reached (precision.QuantOptions): a flag left out keeps its default, and the
 # store key names only options other than the defaults.
 PER_CHANNEL_HELP = "int8: one scale per output channel (default: --per-tensor, one per weight)."
 BLOCK_SIZE_HELP = "int4: weights per scale, 16 | 32 | 64 | 128 | 256 (default 32)."
@@ -29,7 +29,7 @@ def quantization_options(precision: str | None, *, per_channel: bool | None, blo
                          symmetric: bool | None, accuracy_level: int | None):
     """The QuantOptions the flags give (None: none given, the defaults). A flag of another precision than
     an explicit --precision is refused in one line: it would change nothing."""
-    from ltsedge.exporters.quantize import QuantOptions
+    from ltsedge.precision import QuantOptions
 
     given = {k: v for k, v in (("per_channel", per_channel), ("block_size", block_size), ("symmetric", symmetric),
                                ("accuracy_level", accuracy_level)) if v is not None}

@@ -48,7 +48,7 @@ def settings_with_a_model(store, like, asked: Setting) -> list[tuple[Setting, in
     device, backbone, onnxruntime target, sequence) for which the store holds a cost model's worth of
     this machine's figures; the options ``asked`` gave are kept where they resolve the same."""
     from ltsedge.backbones import get_backbone
-    from ltsedge.exporters.quantize import PRECISIONS
+    from ltsedge.precision import PRECISIONS
     from ltsedge.search.presets import PRESETS
 
     found, seen = [], {asked.key()}

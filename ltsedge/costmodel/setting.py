@@ -48,7 +48,7 @@ class Setting:
 
     def precision_for(self, profile: DeviceProfile) -> str:
         """The precision every architecture is exported at, refused where the target or provider cannot run it."""
-        from ltsedge.exporters.quantize import check_precision
+        from ltsedge.precision import check_precision
         from ltsedge.ortcompat import target_for
 
         precision = self.precision or profile.precision or "fp32"

@@ -17,6 +17,7 @@ from typing import Any
 from ltsedge.errors import LtsedgeError
 from ltsedge.hashing import settings_hash
 from ltsedge.ortcompat import parse_version
+from ltsedge.precision import check_precision
 from ltsedge.validate import is_int, is_number, reject_unknown, toml_repr
 
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
@@ -235,8 +236,6 @@ def _check_ranges(p: DeviceProfile) -> None:
         except LtsedgeError as e:
             raise LtsedgeError(f"{p.label}: target_ort: {e}") from None
     if p.precision is not None:
-        from ltsedge.exporters.quantize import check_precision
-
         try:  # a precision its provider or target runtime cannot run is refused on load, not mid-search
             check_precision(p.precision, p.target_ort or "99.0", p.execution_provider)
         except LtsedgeError as e:

@@ -28,7 +28,8 @@ from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config, special_token_ids
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import check_precision, precision_fields
+from ltsedge.exporters.quantize import precision_fields
+from ltsedge.precision import check_precision
 from ltsedge.files import check_writable, read_capped, write_file
 
 MODEL_FILE = "model.onnx"

@@ -2,7 +2,7 @@
 
 The CLI (``ltsedge export``'s flags, the search's and profile's settings) builds one; it travels down to
 the exporters (``export_model``, ``bundle.export_to_path``) and, whole, into the store key
-(``options.model_key(arch)``, ``keys.candidate_model_key``): what an export was made with is what its
+(``options.model_key(arch)``): what an export was made with is what its
 figures are filed under, so a figure of one setting never answers for another. What is not an export
 option (the weights, a seed, the execution provider a precision is checked against) stays a keyword of
 the call.
@@ -13,11 +13,12 @@ Light: nothing here imports torch (onnx only to clamp the target's opset to what
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.quantize import QuantOptions, check_precision
-from ltsedge.keys import DEFAULT_PRECISION, DEFAULT_VARIANT
+from ltsedge.keys import DEFAULT_VARIANT, WEIGHTS_SCHEME, arch_key
 from ltsedge.ortcompat import parse_version
+from ltsedge.precision import DEFAULT_PRECISION, QuantOptions, check_precision
 
 PLAIN_FORM, CONTRIB_FORM = "plain", "contrib"
 GRAPH_FORMS = (PLAIN_FORM, CONTRIB_FORM)
@@ -82,10 +83,42 @@ class ExportOptions:
         return target_for(self.target_ort)
 
     def model_key(self, arch) -> str:
-        """The store key of ``arch`` exported with these options (``keys.candidate_model_key``)."""
-        from ltsedge.keys import candidate_model_key
+        """Store key of ``arch`` exported with these options: its id and everything that decides the exported
+        bytes.
 
-        return candidate_model_key(arch, self)
+        Each option other than its default is named (the defaults predate them, and are left out so old keys
+        stay): the variant; where it gives another graph than the per-layer one (which every key without it
+        has always meant), a generate variant's KV-cache layout; a precision other than fp32 (an int8 figure
+        never answers for fp32) with any of its quantization options (``QuantOptions``) other than the
+        defaults; weights in an external data file when asked for (``data=external``: they load otherwise); a
+        graph form other than plain (``form=contrib``: onnxruntime's fused operators, the default of some
+        backbones for targets that run them, ``graph_form_of``)."""
+        from ltsedge.backbones import get_backbone
+
+        backbone = get_backbone(arch.backbone)
+        backbone.check_variant(self.variant)
+        target = self.target
+        settings: dict[str, Any] = {"graph": backbone.graph_version, "opset": target.opset,
+                                    "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
+        if self.variant != DEFAULT_VARIANT:
+            settings["variant"] = self.variant
+        if self.variant == "generate" and backbone.kv_cache:
+            from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, layout_changes_graph
+
+            layout = self.cache_layout or DEFAULT_CACHE_LAYOUT
+            if layout_changes_graph(arch, layout):
+                settings["cache"] = layout
+        form = self.graph_form_of(backbone)
+        if form != PLAIN_FORM:  # every key without a form is of the plain graph
+            settings["form"] = form
+        if self.precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
+            settings["precision"] = self.precision
+            quantization = self.quantization.key(self.precision) if self.quantization is not None else None
+            if quantization:
+                settings["quantization"] = quantization
+        if self.external_data:  # None (only over 2 GB) and False (inline) are the keys of old
+            settings["data"] = "external"
+        return arch_key(arch.id, settings)
 
     def graph_form_of(self, backbone) -> str:
         """The form ``backbone``'s graph is exported in: ``graph_form`` when given (one the backbone has), else

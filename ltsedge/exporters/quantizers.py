@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ltsedge.exporters.quantize import QuantOptions
+    from ltsedge.precision import QuantOptions
 
 SMALL_TENSOR = 1024  # bytes: initializers below this stay in the graph's protobuf
 

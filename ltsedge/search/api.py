@@ -42,7 +42,7 @@ class SearchOptions:
     objective: str | None = None  # forward | prefill | decode; None: decode where the backbone can generate
     racing: bool = True
     measure: str = "front"  # "front": the cost model decides what is measured; "all": every candidate
-    quantization: object | None = None  # exporters.quantize.QuantOptions: how the precision is reached
+    quantization: object | None = None  # precision.QuantOptions: how the precision is reached
     search_timing: str | None = None  # coarse | profile; None: coarse with --measure front, else profile
     resolution: float = 0.1  # publishing: the front thinned to models this far apart (0: all of it)
     max_bundles: int | None = None  # publishing: at most this many models written (None: no cap)
@@ -127,7 +127,7 @@ def _check_workload(backbone, space, profile, objective: str) -> None:
 
 def _precision(given: str | None, profile, target_ort: str | None) -> str:
     """The precision every candidate is exported at, refused up front where the target cannot run it."""
-    from ltsedge.exporters.quantize import check_precision
+    from ltsedge.precision import check_precision
     from ltsedge.ortcompat import target_for
 
     precision = given or profile.precision or "fp32"

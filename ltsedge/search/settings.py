@@ -11,7 +11,7 @@ from ltsedge.devices import DeviceProfile, coarse
 from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.exporters.quantize import QuantOptions
+from ltsedge.precision import QuantOptions
 from ltsedge.search.budgets import Budgets
 from ltsedge.space import SearchSpace
 from ltsedge.workloads import WORKLOADS

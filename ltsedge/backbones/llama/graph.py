@@ -34,13 +34,9 @@ FIRST_REDUCE_AXES_INPUT_OPSET = 18  # ReduceMean takes its axes as an input from
 
 
 def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
-                gemm: bool = True, form: str = "plain") -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
-    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``. ``form``
-    "contrib": onnxruntime's fused operators instead (``contrib_graph``)."""
-    if form == "contrib":
-        from ltsedge.backbones.llama import contrib_graph
-
-        return contrib_graph.build_graph(arch, weights, opset, spec, gemm)
+                gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The forward variant: ``input_ids [batch, sequence] -> logits [batch, sequence, vocab]``, in standard
+    operators (``contrib_graph.py``: the same with onnxruntime's fused ones)."""
     g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")  # [B, T]
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
@@ -50,18 +46,14 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
 
 
 def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,
-                         gemm: bool = True, form: str = "plain") -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+                         gemm: bool = True) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
     """The generate variant: new tokens after a KV cache, in the naming Optimum and onnxruntime-genai use.
 
     ``input_ids``, ``position_ids`` [batch, sequence]; ``attention_mask`` [batch, past + sequence] (0 at
     padding); per layer ``past_key_values.{i}.key/.value`` [batch, n_kv_head[i], past, head_dim] -> ``logits``
     and ``present.{i}.*`` [batch, n_kv_head[i], past + sequence, head_dim]. Prefill is the same graph with a
-    past of length 0. Mirrors ``Llama.forward_with_cache``. ``form`` as ``build_graph``'s.
+    past of length 0. Mirrors ``Llama.forward_with_cache``.
     """
-    if form == "contrib":
-        from ltsedge.backbones.llama import contrib_graph
-
-        return contrib_graph.build_generate_graph(arch, weights, opset, spec, gemm)
     g = GraphBuilder(weights, opset, gemm)
     ids_shape = g.op("Shape", "input_ids")
     seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
