@@ -4,9 +4,10 @@ SmolLM2-135M's shape in transformers with random weights (``LlamaForCausalLM(con
 a word-level tokenizer.json beside it), converted by genai's own builder (``python -m
 onnxruntime_genai.models.builder -i DIR -o OUT -p int4 -e cpu``, offline) and by ``ltsedge export
 --variant generate --precision int4 --weights DIR/model.safetensors`` (the same weights) as a user runs it
-("default": the default target and graph form) and in each graph form for --target-ort. The models are timed side by side (benchmarks/llama_sessions.py: one worker each, interleaved
-runs, inputs made by name alike): decode ms per token after a cache of --context tokens, prefill of
---sequence tokens, peak memory; ratios to the builder's. Also the wall time of each export, and the
+("default": the default target and graph form) and in each graph form for --target-ort. The models are
+timed side by side (benchmarks/llama_sessions.py: one worker each, interleaved runs, inputs made by name
+alike): decode ms per token after a cache of --context tokens, prefill of --sequence tokens, peak memory;
+ratios to the builder's. Also the wall time of each export, and the
 largest difference between ltsedge's logits and the builder's on one prefill.
 
     python benchmarks/llama_builder_parity.py [--context 2048] [--sequence 512] [--rounds 30]

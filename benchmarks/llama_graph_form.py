@@ -46,8 +46,8 @@ def main() -> None:
                 exported = export_model(arch, options)
                 path = Path(tmp) / f"{form}-{precision}.onnx"
                 exported.save(path, digest=False)
-                print(f"exported {form} {precision}: {exported.nbytes / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s",
-                      flush=True)
+                seconds = time.perf_counter() - start
+                print(f"exported {form} {precision}: {exported.nbytes / 1e6:.1f} MB in {seconds:.1f} s", flush=True)
                 models[f"{form} {precision}"] = str(path)
         bench = SideBySide(models, context=args.context, sequence=args.sequence, vocab=arch.vocab_size,
                            head_size=arch.d_head[0])
