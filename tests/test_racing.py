@@ -122,3 +122,48 @@ def test_a_coarse_or_raced_figure_never_replaces_a_complete_one_in_the_store(tmp
         evaluator._keep(arch, figure(3.0, coarse=True))  # and is never replaced by a coarse one
         evaluator._keep(arch, Measurement(ok=True, latency_ms=4.0, stopped_early=True))  # nor a raced-out one
         assert store.get(*key)["latency_ms"] == 2.0
+
+
+def test_a_candidate_this_version_cannot_export_fails_alone_and_is_not_stored(tmp_path, monkeypatch):
+    """A llama-edge search met a 30 x 1216 model of 2.07 GiB in fp32 whose int4 export is refused (quantizing
+    over protobuf's 2 GB): the whole search stopped with exit 2. It is one failed candidate."""
+    import ltsedge.search.evaluate as evaluate
+    from ltsedge.devices import load_profile
+    from ltsedge.errors import LtsedgeError
+    from ltsedge.runners import Measurement
+    from ltsedge.search.budgets import Budgets
+    from ltsedge.store import MeasurementStore
+
+    small, big, third = tiny_arch(), tiny_arch(d_model=32), tiny_arch(d_inner=[64, 64])
+    real_export = evaluate.export_model
+
+    def export(arch, *args, **kwargs):
+        if arch.id == big.id:
+            raise LtsedgeError(f"{arch.id} is 2.07 GiB in fp32: quantizing a model over protobuf's 2 GB is not "
+                               f"supported yet (export it in fp32)")
+        return real_export(arch, *args, **kwargs)
+
+    class Machine:
+        def __init__(self):
+            self.measured = []
+
+        def fingerprint(self):
+            return {"machine": "test", "onnxruntime": "1.0"}
+
+        def measure_many(self, paths, on_result=None, race=None):
+            self.measured += [p.name for p in paths]
+            out = [Measurement(ok=True, latency_ms=1.0, peak_memory_mb=1.0) for _ in paths]
+            for i, m in enumerate(out):
+                on_result(i, m)
+            return out
+
+    monkeypatch.setattr(evaluate, "export_model", export)
+    machine = Machine()
+    with MeasurementStore(tmp_path / "store.sqlite") as store:
+        evaluator = evaluate.CandidateEvaluator(load_profile("cpu"), machine, store, tmp_path, Budgets(),
+                                                objective="forward")
+        first, second, last = evaluator._measure([small, big, third], generation=1)
+        assert first.ok and last.ok and machine.measured == [f"{small.id}.onnx", f"{third.id}.onnx"]
+        assert not second.ok and second.measurement.error.startswith("not exported: ")
+        assert "over protobuf's 2 GB" in second.measurement.error
+        assert store.get(*evaluator.store_key(big)) is None  # a later version may export it: measured then

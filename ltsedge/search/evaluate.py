@@ -204,37 +204,47 @@ class CandidateEvaluator:
                          "store", generation, self.latency_field)
 
     def _measure(self, archs: list[Architecture], generation: int) -> list[Candidate]:
-        paths, written = [], []
+        """Export and measure ``archs``. One this version cannot export (quantizing a model over protobuf's
+        2 GB) is a failed candidate, not the search's end, and is not stored: a later version may export it."""
+        figures: dict[str, Measurement] = {}
+        paths, written, exported_archs = [], [], []
         try:
             for arch in archs:
                 t = time.perf_counter()
-                exported = export_model(arch, self.export, execution_provider=self.profile.execution_provider)
+                try:
+                    exported = export_model(arch, self.export, execution_provider=self.profile.execution_provider)
+                except LtsedgeError as e:
+                    figures[arch.id] = Measurement.failure(f"not exported: {e}", "environment")
+                    continue
                 path = self._scratch_path(f"{arch.id}.onnx")
                 if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
                     self._scratch_path(f"{arch.id}.onnx.data")
                 written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
                 paths.append(path)
+                exported_archs.append(arch)
                 self.stats.export_seconds += time.perf_counter() - t
             interim: dict[int, Measurement] = {}
 
             def keep(i: int, m: Measurement) -> None:
                 interim[i] = m
-                self._keep(archs[i], m)
+                self._keep(exported_archs[i], m)
 
             def race(i: int):  # against the front so far, this batch's earlier figures included
+                params = count_params(exported_archs[i]).decoder_params
                 if not self.racing:  # no front to race against; the other workloads coarse, if so asked
-                    params = count_params(archs[i]).decoder_params
                     return Race(self.objective, params, (), self.profile.tolerance) if self.coarse_others else None
-                done = [Candidate(archs[j], count_params(archs[j]), m, "measured", generation,
+                done = [Candidate(exported_archs[j], count_params(exported_archs[j]), m, "measured", generation,
                                   self.latency_field) for j, m in interim.items()]
-                return self._race(count_params(archs[i]).decoder_params, done)
+                return self._race(params, done)
 
-            measurements = self.runner.measure_many(paths, on_result=keep, race=race)
+            if paths:
+                figures.update(zip((a.id for a in exported_archs), self.runner.measure_many(paths, on_result=keep,
+                                                                                            race=race)))
         finally:
             for path in written:
                 self._drop_scratch(path)
-        return [Candidate(arch, count_params(arch), m, "measured", generation, self.latency_field)
-                for arch, m in zip(archs, measurements)]
+        return [Candidate(arch, count_params(arch), figures[arch.id], "measured", generation, self.latency_field)
+                for arch in archs]
 
     def _scratch_path(self, name: str) -> Path:
         """Where a candidate's file is written to be measured: the search's recorded .scratch/, or a
