@@ -107,6 +107,11 @@ def run_agent(scheduler: str, profile: DeviceProfile, *, name: str | None = None
     global _AGENT
     distributed = distributed_module()
     import asyncio
+    import logging
+
+    # Dask's worker logs a dozen INFO lines at start, and its closing connection's traceback when the agent
+    # is stopped (Ctrl-C, SIGTERM from systemd or docker stop): the agent's own line says what matters.
+    logging.getLogger("distributed").setLevel(logging.WARNING)
 
     _AGENT = _Agent(profile, store_path)
     resources = {SLOT: 1, MACHINE + fingerprint_hash(_AGENT.fingerprint): 1}
