@@ -4,10 +4,12 @@ CI gates and a fleet measures), as in the README. The fleet's port is the one ch
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,13 +53,22 @@ def environment(work: Path) -> dict:
 
 
 def run_shell(block: str, work: Path, timeout: float) -> subprocess.CompletedProcess:
-    # Background jobs (a fleet's scheduler and agent) end with the block, as they would with the shell.
-    script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + block
-    proc = subprocess.run(["bash", "-c", script], cwd=work, env=environment(work), capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"{block}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    """The block in bash, in a session of its own: what it leaves running in the background (a fleet's
+    scheduler and agent) is ended with the session once the block is done. Its output goes to files, which a
+    process left behind cannot hold open as it would a pipe."""
+    out, err = work / "block.out", work / "block.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, env=environment(work),
+                                stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(proc.args, code, out.read_text(), err.read_text())
+    assert code == 0, f"{block}\nexit {code}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
 
 
 def test_search_on_a_board(work):
