@@ -1,7 +1,7 @@
 """The project's files speak of the product and its users, never of the work on it.
 
-A line that says who ran what, in which sitting, on "this" VM ("a later session", "this stop's code",
-"the review found") tells a reader nothing about ltsedge and stops being true the day it is written.
+A line that says who ran what, when, on which passing machine, or what a review found, tells a reader
+nothing about ltsedge and stops being true the day it is written.
 Benchmarks say which machine and commit gave a figure instead (docs/benchmarks.md). onnxruntime's
 sessions (`InferenceSession`, "session options", "the onnxruntime session") are product terms and pass.
 """
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 NARRATION = re.compile("|".join([
-    r"\bthis (?:session|stop|sitting)\b",                       # "this session's VM", "this stop's code"
-    r"\b(?:last|earlier|later|previous|next) (?:session|stop)s?\b",  # "a later session", "last stop"
+    r"\bthis (?:session|stop|sitting)\b",
+    r"\b(?:last|earlier|later|previous|next) (?:session|stop)s?\b",
     r"\bthis (?:[\w-]+ )?vms?\b",                               # "on this VM", "this 2-vCPU VM"
     r"\b(?:that|one|a|the same) sitting\b",
     r"\btoday\b",

@@ -354,18 +354,25 @@ def smoke_with_a_baseline_outside_it(tmp_path, **baseline):
                                  **{f"baseline_{k}": v for k, v in baseline.items()}))
 
 
+def block(d_model: int, d_inner: int):
+    """One smoke-vocabulary layer of 4 heads."""
+    from ltsedge.architecture import Architecture
+
+    return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
+
+
+def one_layer_baseline_outside_the_space(tmp_path):
+    """The smoke search with a 1-layer baseline of 8 heads, 48 wide, FFN 100 (outside the smoke space), that
+    baseline model and its stand-in in the space (64 wide, 4 heads, FFN 128)."""
+    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, d_model=48, d_inner=100, n_head=8, layers=1)
+    return settings, profile, stacked(settings.baseline, 1, settings.space), block(64, 128)
+
+
 def test_the_front_model_a_baseline_point_outside_the_space_is_compared_with_is_never_thinned_away(tmp_path):
     """A baseline model outside the space is judged on its stand-in (the space's nearest shape, here with
     more decoder parameters), against the fastest front model with at least the stand-in's: that model
     is kept whatever larger neighbour within the resolution would cover it."""
-    from ltsedge.architecture import Architecture
-
-    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, d_model=48, d_inner=100, n_head=8, layers=1)
-
-    def block(d_model: int, d_inner: int) -> Architecture:
-        return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
-
-    baseline, stand_in = stacked(settings.baseline, 1, settings.space), block(64, 128)
+    settings, profile, baseline, stand_in = one_layer_baseline_outside_the_space(tmp_path)
     fast, x, y = block(48, 200), block(64, 160), block(64, 176)
     params = [count_params(a).decoder_params for a in (baseline, fast, stand_in, x, y)]
     assert params == sorted(params) and params[4] < 1.1 * params[3]  # y covers x within 10%
@@ -430,15 +437,9 @@ def test_a_baseline_point_outside_the_space_reports_its_own_block_and_its_stand_
     """The study's baseline is never weakened: beside its stand-in in the space, the baseline model itself is
     measured afresh, and each is compared with the fastest front model with at least its own decoder
     parameters, kept through thinning: here a model a larger neighbour within the resolution would cover."""
-    from ltsedge.architecture import Architecture
     from ltsedge.search.baseline import stand_ins
 
-    settings, profile = smoke_with_a_baseline_outside_it(tmp_path, d_model=48, d_inner=100, n_head=8, layers=1)
-
-    def block(d_model: int, d_inner: int) -> Architecture:
-        return Architecture(n_layer=1, d_model=d_model, n_head=[4], d_inner=[d_inner], vocab_size=512, n_positions=64)
-
-    baseline, stand_in = stacked(settings.baseline, 1, settings.space), block(64, 128)
+    settings, profile, baseline, stand_in = one_layer_baseline_outside_the_space(tmp_path)
     small, near, big = block(48, 160), block(48, 176), block(64, 160)
     params = [count_params(a).decoder_params for a in (baseline, small, near, stand_in, big)]
     assert params == sorted(params) and params[2] < 1.1 * params[1]  # near covers small within 10%
