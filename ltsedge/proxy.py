@@ -31,3 +31,14 @@ class ParamCounts:
 def count_params(arch: Architecture) -> ParamCounts:
     backbone = get_backbone(arch.backbone)
     return ParamCounts(backbone.decoder_params(arch), backbone.embedding_params(arch))
+
+
+def decoder_merit(arch: Architecture, decoder_params: int) -> float:
+    """The quality axis of a front, higher better, by the study's proxy: the decoder-parameter count. A
+    proxy fitted on the user's text (``proxycheck.fitted.FittedProxy.merit``) takes the same arguments."""
+    return float(decoder_params)
+
+
+def merit_of(candidate, merit=decoder_merit) -> float:
+    """``merit`` of anything with ``arch`` and ``params`` (a search's candidate)."""
+    return merit(candidate.arch, candidate.params.decoder_params)

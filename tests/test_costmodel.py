@@ -234,6 +234,7 @@ def test_a_model_of_an_exactly_linear_machine_predicts_it():
 # --- screening -------------------------------------------------------------------------------------
 class FrontPoint:
     def __init__(self, params, ratio, memory):
+        self.arch = None  # unread by the decoder-parameter merit
         self.params = type("P", (), {"decoder_params": params})()
         self.measurement = Measurement(ok=True, workload="decode", workloads={"decode": {"latency_ratio": ratio}})
         self.latency_ms, self.memory_mb, self.ok, self.predicted = ratio, memory, True, False

@@ -7,29 +7,32 @@ from __future__ import annotations
 import json
 import math
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
-from ltsedge.proxy import count_params
+from ltsedge.proxy import count_params, merit_of
 from ltsedge.proxycheck import RESULT, report
 from ltsedge.proxycheck.fitted import load_proxy
 from ltsedge.search.api import SearchOptions, resolve
+from ltsedge.search.baseline import best_match, stacked
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.checkpoint import CandidateLog, identity_hash
 from ltsedge.search.presets import get_preset
+from ltsedge.search.pareto import pareto_front, thin
 from ltsedge.search.problem import FAILED_PENALTY, ArchitectureProblem
 from tests.helpers import one_line_exit_2, run_ltsedge
 
 
-def check_result(path, space, depth_cost: float = 0.05, backbone: str | None = None) -> str:
-    """A check's JSON as ``report.summarize`` writes it, of 8 models whose loss falls with size and rises
-    with depth by ``depth_cost`` per layer."""
+def check_result(path, space, depth_cost: float = 0.05, backbone: str | None = None, size_slope: float = -0.3) -> str:
+    """A check's JSON as ``report.summarize`` writes it, of 8 models whose loss moves by ``size_slope`` per
+    ln(decoder parameters) and rises with depth by ``depth_cost`` per layer."""
     models = []
     for i, arch in enumerate(space.sample(40, seed=1)[:8]):
         p = count_params(arch).decoder_params
-        loss = 9.0 - 0.3 * math.log(p) + depth_cost * arch.n_layer + 0.01 * (i % 3)
+        loss = 9.0 + size_slope * math.log(p) + depth_cost * arch.n_layer + 0.01 * (i % 3)
         models.append({"index": i, "role": "sample", "id": arch.id, "n_layer": arch.n_layer, "d_model": arch.d_model,
                        "decoder_params": p, "total_params": count_params(arch).total_params, "attention_params": p // 3,
                        "held_out_loss": loss, "checkpoints": [{"fraction": 1.0, "tokens": 640, "held_out_loss": loss}],
@@ -56,6 +59,65 @@ def test_a_fitted_proxy_is_the_quality_objective(tmp_path):
     assert failed[0] == FAILED_PENALTY  # a failed candidate is the worst loss, not the best
     plain, _ = ArchitectureProblem(space, Budgets()).objectives(1000, 1.0, 1.0, True, deep)
     assert plain[0] == -1000.0  # without --proxy: decoder parameters, as before
+
+
+def _model(n_layer: int, d_inner: int, latency_ms: float = 1.0, memory_mb: float = 10.0):
+    """A measured front candidate of ``n_layer`` layers of width 64 (only what pareto.py reads)."""
+    arch = Architecture(n_layer=n_layer, d_model=64, n_head=[2] * n_layer, d_inner=[d_inner] * n_layer,
+                        vocab_size=512, n_positions=64)
+    return SimpleNamespace(arch=arch, params=count_params(arch), ok=True, predicted=False, latency_ms=latency_ms,
+                           memory_mb=memory_mb)
+
+
+def test_a_fitted_proxy_ranks_the_front_as_its_predicted_loss(tmp_path):
+    space = get_preset("smoke").space()
+    proxy = load_proxy(check_result(tmp_path / "c.json", space, depth_cost=0.2), "gpt2")
+    models = [_model(n, d) for n in (1, 2, 3, 4) for d in (64, 256, 1024)]
+    by_loss = sorted(models, key=lambda m: proxy.predict(m.arch))
+    by_merit = sorted(models, key=lambda m: -proxy.merit(m.arch, m.params.decoder_params))
+    assert [m.arch.id for m in by_loss] == [m.arch.id for m in by_merit]
+    assert by_loss != sorted(models, key=lambda m: -m.params.decoder_params)  # depth reorders them
+    a, b = models[1], models[4]  # a ratio of merits is a difference of predicted loss, in units of |b|
+    ratio = proxy.merit(a.arch, a.params.decoder_params) / proxy.merit(b.arch, b.params.decoder_params)
+    assert proxy.predict(b.arch) - proxy.predict(a.arch) == pytest.approx(-proxy.b * math.log(ratio), rel=1e-9)
+
+
+def test_a_fitted_proxy_decides_which_models_are_published(tmp_path):
+    """A deep model with a few more parameters than a shallow one, no faster and no lighter: by decoder
+    parameters it dominates the shallow one; by a fit in which depth costs more than those parameters
+    give, the shallow one dominates it. The front, its thinning and the baseline's match follow the proxy."""
+    space = get_preset("smoke").space()
+    proxy = load_proxy(check_result(tmp_path / "c.json", space, depth_cost=0.2), "gpt2")
+    shallow, deep = _model(1, 1024), _model(4, 224)
+    assert deep.params.decoder_params > shallow.params.decoder_params
+    assert proxy.predict(shallow.arch) < proxy.predict(deep.arch)
+    assert [m.arch.id for m in pareto_front([shallow, deep], Budgets())] == [deep.arch.id]
+    assert [m.arch.id for m in pareto_front([shallow, deep], Budgets(), proxy.merit)] == [shallow.arch.id]
+    slower = _model(4, 224, latency_ms=1.05)  # both on a front at 10%: thinning keeps the proxy's best
+    assert [m.arch.id for m in thin([shallow, slower], 0.1)] == [slower.arch.id]
+    assert [m.arch.id for m in thin([shallow, slower], 0.1, merit=proxy.merit)] == [shallow.arch.id]
+
+    baseline = _model(3, 256).arch  # between the two in decoder parameters, predicted worse than shallow
+    fast_deep, slow_shallow = _model(6, 256, latency_ms=0.5), _model(2, 384, latency_ms=0.8)
+    assert count_params(fast_deep.arch).decoder_params > count_params(baseline).decoder_params
+    assert count_params(slow_shallow.arch).decoder_params < count_params(baseline).decoder_params
+    assert proxy.predict(fast_deep.arch) > proxy.predict(baseline) > proxy.predict(slow_shallow.arch)
+    assert best_match(baseline, [fast_deep, slow_shallow]) is fast_deep
+    assert best_match(baseline, [fast_deep, slow_shallow], proxy.merit) is slow_shallow
+    settings, _ = resolve(SearchOptions(preset="smoke", proxy=check_result(tmp_path / "s.json", space, 0.2)))
+    assert settings.merit(shallow.arch, shallow.params.decoder_params) == pytest.approx(
+        proxy.merit(shallow.arch, shallow.params.decoder_params))
+    plain, _ = resolve(SearchOptions(preset="smoke"))
+    assert plain.merit(deep.arch, 1234) == 1234.0
+
+
+def test_a_fit_in_which_more_parameters_do_not_help_is_refused(tmp_path):
+    space = get_preset("smoke").space()
+    rising = check_result(tmp_path / "rising.json", space, size_slope=0.2)
+    with pytest.raises(LtsedgeError, match="predicts no lower loss for more decoder parameters"):
+        load_proxy(rising, "gpt2")
+    one_line_exit_2(run_ltsedge("search", "--preset", "smoke", "--proxy", rising, "--out", tmp_path / "o"),
+                    "predicts no lower loss")
 
 
 def test_the_proxy_is_part_of_the_search_identity(tmp_path):
@@ -115,3 +177,45 @@ def test_without_tokenizers_proxy_check_says_what_to_install(tmp_path, monkeypat
     text.write_text("some text " * 100)
     one_line_exit_2(run_ltsedge("proxy-check", "--text", text, "--out", tmp_path / "o"),
                     'proxy-check needs tokenizers: pip install "ltsedge[proxy]"')
+
+
+@pytest.mark.slow
+def test_a_search_with_a_fitted_proxy_publishes_its_front(tmp_path):
+    """End to end: the published models are on the front the fitted proxy draws over the search's
+    candidates (not the decoder-parameter front), none dominates another under it, and each baseline
+    point is compared with a model predicted no worse."""
+    from ltsedge.search.loop import SearchRun
+    from ltsedge.store import MeasurementStore
+
+    space = get_preset("smoke").space()
+    check = check_result(tmp_path / "c.json", space, depth_cost=0.5)
+    options = SearchOptions(preset="smoke", out=tmp_path / "out", generations=3, seed=1, proxy=check,
+                            store_path=tmp_path / "store.sqlite", quiet=True)
+    settings, profile = resolve(options)
+    proxy = settings.proxy
+    with MeasurementStore(options.store_path) as store:
+        result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
+    merit = proxy.merit
+    searched = {c.arch.id for c in pareto_front(result.candidates, settings.budgets, merit)}
+    stand_ins = {r.get("stand_in_id") for r in result.baseline} | {r.get("baseline_id") for r in result.baseline}
+    published = [p.candidate for p in result.frontier]
+    assert published and {c.arch.id for c in published if c.arch.id not in stand_ins} <= searched
+    decoder_front = {c.arch.id for c in pareto_front(result.candidates, settings.budgets)}
+    assert searched != decoder_front  # the fit (0.5 nats a layer) moves the front: the test sees the difference
+    for a in published:
+        for b in published:
+            assert not (merit_of(b, merit) >= merit_of(a, merit) and b.latency_ms <= a.latency_ms
+                        and b.memory_mb <= a.memory_mb and b is not a
+                        and (merit_of(b, merit), b.latency_ms, b.memory_mb) != (merit_of(a, merit), a.latency_ms,
+                                                                                  a.memory_mb)), (b.arch.id, a.arch.id)
+    by_id = {c.arch.id: c for c in published}
+    compared = [r for r in result.baseline if r.get("frontier_id") in by_id]
+    assert compared
+    for row in compared:
+        baseline = stacked(settings.baseline, row["n_layer"], settings.space)
+        need = merit(baseline, count_params(baseline).decoder_params)
+        assert merit_of(by_id[row["frontier_id"]], merit) >= need * (1 - 1e-9), row["frontier_id"]
+    frontier = json.loads((tmp_path / "out" / "frontier.json").read_text())["models"]
+    assert [m["predicted_loss"] for m in frontier] == [round(proxy.predict(c.arch), 4) for c in published]
+    header = (tmp_path / "out" / "frontier.csv").read_text().splitlines()[0].split(",")
+    assert header[:3] == ["id", "decoder_params", "predicted_loss"]

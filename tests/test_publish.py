@@ -195,7 +195,8 @@ def test_max_bundles_caps_what_is_written_and_says_what_it_left_out(tmp_path):
 
 
 def test_the_cap_keeps_the_baseline_comparison_s_models_first():
-    front = [SimpleNamespace(arch=SimpleNamespace(id=f"m{p}"), **vars(point(p, 10.0 - p, 10.0))) for p in range(1, 9)]
+    front = [SimpleNamespace(**{**vars(point(p, 10.0 - p, 10.0)), "arch": SimpleNamespace(id=f"m{p}")})
+             for p in range(1, 9)]
     keep = {front[1].arch.id, front[2].arch.id}
     assert [c.arch.id for c in cap(front, 3, keep)] == [front[1].arch.id, front[2].arch.id, front[7].arch.id]
     assert [c.arch.id for c in cap(front, 1, keep)] == [front[2].arch.id]  # over the cap alone: spread
@@ -257,7 +258,9 @@ def test_the_baseline_is_measured_as_the_front_was_the_objective_in_full_the_oth
 
 
 def point(params: int, latency: float, memory: float):
-    return SimpleNamespace(params=SimpleNamespace(decoder_params=params), latency_ms=latency, memory_mb=memory)
+    """A front model as pareto.py reads it (its architecture unread by the decoder-parameter merit)."""
+    return SimpleNamespace(arch=None, params=SimpleNamespace(decoder_params=params), latency_ms=latency,
+                           memory_mb=memory)
 
 
 def within(kept, left_out, resolution: float) -> bool:

@@ -36,6 +36,15 @@ class FittedProxy:
         """The held-out loss the check's fit predicts for ``arch`` (lower is better)."""
         return self.a + self.b * math.log(max(count_params(arch).decoder_params, 1)) + self.c * arch.n_layer
 
+    def merit(self, arch: Architecture, decoder_params: int) -> float:
+        """The front's quality axis under this fit (search/pareto.py), higher better: the decoder parameters
+        scaled by the fit's depth term, P * exp(c / b * n_layer). As the loss is a + b ln(that), it ranks
+        exactly as ``predict`` does (b < 0, ``load_proxy``), and a ratio of two merits is a difference of
+        predicted loss (|b| ln ratio nats): publishing's resolution and the baseline comparison keep their
+        meaning, in predicted loss."""
+        exponent = max(-300.0, min(300.0, self.c / self.b * arch.n_layer))
+        return max(decoder_params, 1) * math.exp(exponent)
+
     def identity(self) -> dict:
         return {"kind": "fitted", "a": self.a, "b": self.b, "c": self.c, "backbone": self.backbone,
                 "sha256": self.sha256}
@@ -63,6 +72,10 @@ def load_proxy(path: str | Path, backbone: str) -> FittedProxy:
     checked = data["space"].get("backbone")
     if checked != backbone:
         raise LtsedgeError(f"--proxy {path} was fitted on a {checked} space, not this search's {backbone}")
+    if coefficients["b"] >= 0:  # a search would then prefer the smallest models: no quality objective at all
+        raise LtsedgeError(f"--proxy {path}: its fit predicts no lower loss for more decoder parameters "
+                           f"(b = {coefficients['b']:+.3g} per ln parameter); search with --proxy decoder, or check "
+                           "with more tokens per model")
     loo = fitted.get("loo_rmse")
     return FittedProxy(float(coefficients["a"]), float(coefficients["b"]), float(coefficients["c"]), backbone,
                        data["_sha256"], float(loo) if is_number(loo) else None)

@@ -28,8 +28,8 @@ SECONDARY_TOLERANCE, SECONDARY_MIN_RUNS, SECONDARY_MAX_RUNS = 0.10, 3, 8
 @dataclass(frozen=True)
 class Race:
     workload: str  # the objective's workload: forward, prefill or decode
-    params: int  # the candidate's decoder parameters
-    front: tuple[tuple[int, float, float], ...]  # (decoder params, latency ratio, peak MB) of the current front
+    params: float  # the candidate's quality merit: its decoder parameters, or a fitted proxy's (search/pareto.py)
+    front: tuple[tuple[float, float, float], ...]  # (merit, latency ratio, peak MB) of the current front
     tolerance: float  # the front's figures are known within +-tolerance
     max_ratio: float | None = None  # the latency budget, as a ratio to the reference
     max_memory_mb: float | None = None

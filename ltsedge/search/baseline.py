@@ -10,7 +10,8 @@ could have published, on figures taken together with the front's: its front can 
 
 Both are reported (``compare``): the baseline model itself, measured afresh where the space does not
 hold it (the study's own baseline, never weakened), and its stand-in. Each is compared with the fastest
-frontier model that has at least its decoder parameters (so, by the proxy, at least its quality). A
+frontier model that has at least its decoder parameters (so, by the proxy, at least its quality; with a
+fitted proxy, ``--proxy FILE``, at least its merit: a predicted held-out loss no higher). A
 baseline model measured afresh takes that frontier model's embedding settings (d_embed, div_val,
 cutoffs): decoder parameters do not depend on them, and the speedup then measures the topology of the
 blocks, not the output layer.
@@ -22,6 +23,7 @@ from ltsedge.architecture import FAMILY_FIELDS, Architecture
 from ltsedge.backbones import BaselineSpec
 from ltsedge.costmodel.features import output_weights
 from ltsedge.errors import LtsedgeError
+from ltsedge.proxy import count_params, decoder_merit, merit_of
 from ltsedge.search.candidate import Candidate
 from ltsedge.space import SearchSpace
 
@@ -39,14 +41,14 @@ def stacked(spec: BaselineSpec, n_layer: int, space: SearchSpace) -> Architectur
                         n_positions=space.n_positions, backbone=space.backbone, **grouped)
 
 
-def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[Candidate] = ()
-                           ) -> list[Architecture]:
+def baseline_architectures(spec: BaselineSpec, space: SearchSpace, front: list[Candidate] = (),
+                           merit=decoder_merit) -> list[Architecture]:
     """The baseline models in the space's backbone and vocabulary, each with the embedding settings of
     the frontier model it will be compared with (without one: the front's largest model's, else plain)."""
     archs = []
     for n in spec.layers:
         arch = stacked(spec, n, space)
-        match = best_match(arch, front) or (max(front, key=lambda f: f.params.decoder_params) if front else None)
+        match = best_match(arch, front, merit) or (max(front, key=lambda f: merit_of(f, merit)) if front else None)
         if match is not None and match.arch.adaptive:
             arch = Architecture.from_dict({**arch.to_dict(), "d_embed": match.arch.d_embed,
                                            "div_val": match.arch.div_val, "cutoffs": list(match.arch.cutoffs)})
@@ -141,16 +143,16 @@ def _one(value):
     return value
 
 
-def best_match(baseline: Architecture, front: list[Candidate]) -> Candidate | None:
-    """The fastest frontier model with at least the baseline's decoder parameters."""
-    from ltsedge.proxy import count_params
-
-    need = count_params(baseline).decoder_params
-    matches = [f for f in front if f.params.decoder_params >= need and f.latency_ms is not None]
+def best_match(baseline: Architecture, front: list[Candidate], merit=decoder_merit) -> Candidate | None:
+    """The fastest frontier model with at least the baseline's merit (its decoder parameters, or a fitted
+    proxy's: at most its predicted held-out loss)."""
+    need = merit(baseline, count_params(baseline).decoder_params)
+    matches = [f for f in front if merit_of(f, merit) >= need and f.latency_ms is not None]
     return min(matches, key=lambda f: f.latency_ms) if matches else None
 
 
-def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candidate]) -> set[str]:
+def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candidate], merit=decoder_merit
+                       ) -> set[str]:
     """The front models the comparison will judge the baseline against: for each baseline point, the fastest
     front model with at least the decoder parameters of its stand-in, and of the baseline model itself
     (both are compared). Publishing keeps them whatever thinning would cover them with: a kept neighbour
@@ -158,27 +160,27 @@ def comparison_anchors(spec: BaselineSpec, space: SearchSpace, front: list[Candi
     resolution slower (the study's search here compared its 3-layer point with a model 7% slower than the
     front's own, before either was re-measured)."""
     models = baseline_architectures(spec, space) + [a for a in stand_ins(spec, space) if a is not None]
-    return {m.arch.id for a in models if (m := best_match(a, front)) is not None}
+    return {m.arch.id for a in models if (m := best_match(a, front, merit)) is not None}
 
 
 def compare(points: list[Architecture], exact: list[Candidate], stand_in: list[Candidate | None],
-            front: list[Candidate]) -> list[dict]:
+            front: list[Candidate], merit=decoder_merit) -> list[dict]:
     """One row per baseline point (``points``: the baseline models, in the order of its layers): the baseline
     model itself as measured (``exact``), then, prefixed ``stand_in_``, its stand-in in the space as measured
     beside the front (``stand_in``; None where none was), each against the fastest ``front`` model with at
-    least its own decoder parameters. ``stand_in`` says what the stand-in changed of the block ("" inside the
+    least its own merit (``best_match``). ``stand_in`` says what the stand-in changed of the block ("" inside the
     space, where it is the baseline model and its columns repeat the baseline's)."""
     rows = []
     for point, b, s in zip(points, exact, stand_in):
-        judged = _judged(b, front)
+        judged = _judged(b, front, merit)
         row = {"baseline_id": judged.pop("id"), "n_layer": point.n_layer, **judged,
                "stand_in": shape_changes(point, s.arch) if s is not None else ""}
-        rows.append(row | {f"stand_in_{k}": v for k, v in _judged(s, front).items()})
+        rows.append(row | {f"stand_in_{k}": v for k, v in _judged(s, front, merit).items()})
     return rows
 
 
-def _judged(model: Candidate | None, front: list[Candidate]) -> dict:
-    """A measured model's figures against the fastest ``front`` model with at least its decoder parameters
+def _judged(model: Candidate | None, front: list[Candidate], merit=decoder_merit) -> dict:
+    """A measured model's figures against the fastest ``front`` model with at least its merit
     (every value None without a model, the front's without a match or a figure)."""
     row = dict.fromkeys(("id", "decoder_params", "d_embed", "div_val", "latency_ms", "peak_memory_mb", "ok",
                          "frontier_id", "frontier_decoder_params", "frontier_latency_ms", "frontier_peak_memory_mb",
@@ -187,7 +189,7 @@ def _judged(model: Candidate | None, front: list[Candidate]) -> dict:
         return row
     row.update(id=model.arch.id, decoder_params=model.params.decoder_params, d_embed=model.arch.d_embed,
                div_val=model.arch.div_val, latency_ms=model.latency_ms, peak_memory_mb=model.memory_mb, ok=model.ok)
-    best = best_match(model.arch, front)
+    best = best_match(model.arch, front, merit)
     if model.ok and best is not None:
         row.update(frontier_id=best.arch.id, frontier_decoder_params=best.params.decoder_params,
                    frontier_latency_ms=best.latency_ms, frontier_peak_memory_mb=best.memory_mb,

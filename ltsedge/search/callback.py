@@ -23,13 +23,15 @@ class GenerationCallback(Callback):
         state = self.state
         state.generation += 1
         candidates = self.evaluator.candidates()
+        merit = self.settings.merit
         if state.hv_scale is None:
             space = self.settings.space
-            max_params = count_params(space.decode(space.upper_bounds)).decoder_params  # the space's largest
-            state.hv_scale = HypervolumeScale.from_candidates(candidates, max_params).to_dict()
-        front = pareto_front(candidates, self.settings.budgets)
+            largest = space.decode(space.upper_bounds)
+            max_merit = merit(largest, count_params(largest).decoder_params)  # the space's largest model's
+            state.hv_scale = HypervolumeScale.from_candidates(candidates, max_merit).to_dict()
+        front = pareto_front(candidates, self.settings.budgets, merit)
         s = self.evaluator.stats
-        record = {"generation": state.generation, "hypervolume": HypervolumeScale(**state.hv_scale)(front),
+        record = {"generation": state.generation, "hypervolume": HypervolumeScale(**state.hv_scale)(front, merit),
                   "front_size": len(front), "evaluated": len(candidates), "measured": s.measured,
                   "cached": s.cached, "failed": s.failed}
         state.hv_history.append(record)

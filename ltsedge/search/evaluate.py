@@ -24,7 +24,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.keys import measurement_key, measurement_settings
-from ltsedge.proxy import count_params
+from ltsedge.proxy import count_params, decoder_merit, merit_of
 from ltsedge.runners import Measurement, MeasuringRunner
 from ltsedge.runners.measurement import complete
 from ltsedge.runners.racing import Race
@@ -46,7 +46,7 @@ class CandidateEvaluator:
                  log: CandidateLog | None = None, on_progress: Callable[[], None] | None = None,
                  objective: str = "forward", racing: bool = False, coarse_others: bool = False,
                  screen: Screen | None = None, base_profile: DeviceProfile | None = None,
-                 export: ExportOptions | None = None):
+                 export: ExportOptions | None = None, merit=decoder_merit):
         self.profile, self.runner, self.store = profile, runner, store
         # The profile ``profile``'s repeat policy derives from (a search timing coarsely measures with
         # ``coarse(base_profile)``): its cost model learns from the figures of all its policies.
@@ -56,6 +56,7 @@ class CandidateEvaluator:
         # re-measures its front), or every workload to the profile's policy.
         self.coarse_others = coarse_others
         self.screen = screen  # None: every candidate measured (the study's protocol)
+        self.merit = merit  # the front's quality axis when racing and settling (pareto.py)
         self._fitted_on = -1  # samples the screen's cost model was last fitted on
         # What a search may optimise is a workload: the export variant measured, the figure that is the objective.
         self.variant, self.latency_field = WORKLOADS[objective].variant, WORKLOADS[objective].figure
@@ -150,7 +151,7 @@ class CandidateEvaluator:
         settled = 0
         while settled < limit:
             front = self.screen.front_points(self._measured())
-            ranked = sorted(((promise(c.params.decoder_params, *self._optimistic(c), front), c)
+            ranked = sorted(((promise(merit_of(c, self.merit), *self._optimistic(c), front), c)
                              for c in self.candidates() if c.predicted), key=lambda pc: -pc[0])
             batch = [c for score, c in ranked if score > 1.0 + margin and not self.budgets.violations(
                 c.params.decoder_params, c.latency_ms, c.memory_mb)][:min(CHUNK, limit - settled)]
@@ -230,12 +231,12 @@ class CandidateEvaluator:
                 self._keep(exported_archs[i], m)
 
             def race(i: int):  # against the front so far, this batch's earlier figures included
-                params = count_params(exported_archs[i]).decoder_params
+                value = self.merit(exported_archs[i], count_params(exported_archs[i]).decoder_params)
                 if not self.racing:  # no front to race against; the other workloads coarse, if so asked
-                    return Race(self.objective, params, (), self.profile.tolerance) if self.coarse_others else None
+                    return Race(self.objective, value, (), self.profile.tolerance) if self.coarse_others else None
                 done = [Candidate(exported_archs[j], count_params(exported_archs[j]), m, "measured", generation,
                                   self.latency_field) for j, m in interim.items()]
-                return self._race(params, done)
+                return self._race(value, done)
 
             if paths:
                 figures.update(zip((a.id for a in exported_archs), self.runner.measure_many(paths, on_result=keep,
@@ -259,9 +260,9 @@ class CandidateEvaluator:
         else:
             path.unlink(missing_ok=True)
 
-    def _race(self, params: int, extra: list[Candidate] = ()):
-        return race_for(params, self.candidates() + list(extra), self.objective, self.budgets,
-                        self.profile.tolerance, self.runner.calibrate().reference_ms)
+    def _race(self, merit_value: float, extra: list[Candidate] = ()):
+        return race_for(merit_value, self.candidates() + list(extra), self.objective, self.budgets,
+                        self.profile.tolerance, self.runner.calibrate().reference_ms, self.merit)
 
     def _keep(self, arch: Architecture, measurement: Measurement) -> None:
         """Store each figure the moment it exists: an interrupted batch loses nothing it measured (a

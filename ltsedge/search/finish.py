@@ -71,9 +71,9 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     measuring) and where this run's go (``publish_log.py``; None: every figure measured now, none kept)."""
     seeded = {a.id: a for a in seeds_in_space(settings.baseline, settings.space, len(settings.baseline.layers))} \
         if settings.baseline is not None else {}
-    anchors = comparison_anchors(settings.baseline, settings.space, front) \
+    anchors = comparison_anchors(settings.baseline, settings.space, front, settings.merit) \
         if with_baseline and settings.baseline is not None else set()
-    thinned = thin(front, settings.resolution, keep=set(seeded) | anchors)
+    thinned = thin(front, settings.resolution, keep=set(seeded) | anchors, merit=settings.merit)
     kept = cap(thinned, settings.max_bundles, keep=set(seeded) | anchors)
     off_front = {i: a for i, a in seeded.items() if i not in {c.arch.id for c in kept}}
     contenders = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
@@ -87,14 +87,14 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     before = published.taken if published is not None else 0
     fresh = _remeasured(written, profile, "profile", runner_factory, settings.objective, log, published)
     cost.remeasure_seconds, clock = time.perf_counter() - clock, time.perf_counter()
-    doubtful = undecided(fresh, settings.budgets, settings.objective)
+    doubtful = undecided(fresh, settings.budgets, settings.objective, settings.merit)
     cost.strict = len(doubtful)
     again = {p.candidate.arch.id: p for p in _remeasured([p for p in fresh if p.candidate.arch.id in doubtful],
                                                          strict(profile), "strict", runner_factory,
                                                          settings.objective, log, published)}
     cost.strict_seconds = time.perf_counter() - clock if doubtful else 0.0
     final = [again.get(p.candidate.arch.id, p) for p in fresh]
-    front_models = keep_front(final, outdir, settings.budgets)
+    front_models = keep_front(final, outdir, settings.budgets, settings.merit)
     clock = time.perf_counter()
     exact: list[Candidate] = []
     stand: list[Candidate | None] = []
@@ -106,7 +106,8 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     cost.published = len(front_models)
     cost.reused = published.taken - before if published is not None else 0
     points = [stacked(settings.baseline, n, settings.space) for n in settings.baseline.layers] if exact else []
-    return Finished(front_models, compare(points, exact, stand, [p.candidate for p in front_models]), cost)
+    return Finished(front_models, compare(points, exact, stand, [p.candidate for p in front_models],
+                                            settings.merit), cost)
 
 
 def _remeasured(models: list[PublishedModel], profile: DeviceProfile, policy: str, runner_factory, objective: str,
@@ -167,7 +168,7 @@ def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outd
     inside = [s is not None and not shape_changes(p, s) for p, s in zip(points, shapes)]
     stand = [fresh.get(s.id) if s is not None else None for s in shapes]
     chosen = [s if held else None for s, held in zip(stand, inside)]
-    own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front])
+    own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front], settings.merit)
     figure = WORKLOADS[settings.objective].figure
     for i, arch in enumerate(own):
         m = published.take(baseline_key(arch.id)) if published is not None and chosen[i] is None else None

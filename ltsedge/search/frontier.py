@@ -25,6 +25,7 @@ from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.files import sha256_of
+from ltsedge.proxy import decoder_merit, merit_of
 from ltsedge.runners import MeasuringRunner
 from ltsedge.runners.racing import Race
 from ltsedge.search.budgets import Budgets
@@ -105,12 +106,12 @@ def _interval(c: Candidate, objective: str) -> tuple[float, float] | None:
     return min(low, c.latency_ms), max(high, c.latency_ms)
 
 
-def undecided(models: list[PublishedModel], budgets: Budgets, objective: str) -> set[str]:
+def undecided(models: list[PublishedModel], budgets: Budgets, objective: str, merit=decoder_merit) -> set[str]:
     """Ids of the models whose place on the front could change within their latency intervals.
 
-    Decoder parameters are exact and peak memory is not made more precise by more runs, so a pair's
-    dominance hangs on latency alone: it is undecided when one model has at least the other's
-    parameters and at most its memory and their latency intervals overlap. A model straddling the
+    Merit (decoder parameters, or a fitted proxy's) is exact and peak memory is not made more precise by
+    more runs, so a pair's dominance hangs on latency alone: it is undecided when one model has at least
+    the other's merit and at most its memory and their latency intervals overlap. A model straddling the
     latency budget is undecided too; so is one without an interval (e.g. a failed re-measurement)."""
     ok = [p.candidate for p in models if p.candidate.ok]
     intervals = {c.arch.id: _interval(c, objective) for c in ok}
@@ -120,7 +121,7 @@ def undecided(models: list[PublishedModel], budgets: Budgets, objective: str) ->
         doubtful |= {cid for cid, iv in intervals.items() if iv is not None and iv[0] <= limit < iv[1]}
     for a in ok:
         for b in ok:
-            if a is b or b.params.decoder_params < a.params.decoder_params or b.memory_mb > a.memory_mb:
+            if a is b or merit_of(b, merit) < merit_of(a, merit) or b.memory_mb > a.memory_mb:
                 continue
             ia, ib = intervals[a.arch.id], intervals[b.arch.id]
             if ia is not None and ib is not None and ib[0] <= ia[1] and ia[0] <= ib[1]:
@@ -128,10 +129,11 @@ def undecided(models: list[PublishedModel], budgets: Budgets, objective: str) ->
     return doubtful
 
 
-def keep_front(models: list[PublishedModel], outdir: OutputDir, budgets: Budgets) -> list[PublishedModel]:
+def keep_front(models: list[PublishedModel], outdir: OutputDir, budgets: Budgets, merit=decoder_merit
+               ) -> list[PublishedModel]:
     """The front recomputed on the final figures: the files of models it no longer holds are removed,
     every kept file's sha256 verified; sorted by decoder parameters."""
-    kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in models], budgets)}
+    kept_ids = {c.arch.id for c in pareto_front([p.candidate for p in models], budgets, merit)}
     for p in models:
         if p.candidate.arch.id not in kept_ids:  # dominated once measured afresh
             for rel in p.files:

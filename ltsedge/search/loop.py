@@ -67,6 +67,7 @@ class SearchResult:
     summary: dict
     budgets: Budgets
     interrupted: bool = False
+    proxy: object | None = None  # the fitted proxy the front was drawn with (``--proxy FILE``); None: decoder parameters
 
     def failure_reason(self) -> str | None:
         """Why no candidate could be measured, when none could (None when any was)."""
@@ -110,8 +111,9 @@ class SearchRun:
                 export=export, fresh=self.fresh,
                 log=CandidateLog(self.out_dir, identity), on_progress=self._tick, objective=self.settings.objective,
                 racing=self.settings.racing,
-                screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed)
-                if self.settings.measure == "front" else None,
+                screen=Screen(self.settings.objective, self.settings.budgets, self.settings.seed,
+                              merit=self.settings.merit)
+                if self.settings.measure == "front" else None, merit=self.settings.merit,
             )
             evaluator.reload(evaluator.log.records())
             algorithm = self._algorithm(evaluator, identity)
@@ -130,7 +132,7 @@ class SearchRun:
             self.progress.stop()
         candidates = evaluator.candidates()
         publish_started = time.time()
-        finished = finish(pareto_front(candidates, self.settings.budgets), self.settings, self.profile, self.store,
+        finished = finish(pareto_front(candidates, self.settings.budgets, self.settings.merit), self.settings, self.profile, self.store,
                           outdir, runner_factory=self._pinned_factory(runner.calibrate()), log=self.log,
                           with_baseline=not interrupted, evaluated=candidates,
                           published=None if self.fresh else PublishLog(self.out_dir, identity))
@@ -138,7 +140,7 @@ class SearchRun:
         summary["publish_seconds"] = time.time() - publish_started  # files, re-measurement, baseline
         summary["publish"] = finished.cost.to_dict()  # what each pass of publishing measured and cost
         result = SearchResult(self.out_dir, finished.frontier, candidates, finished.baseline, summary,
-                              self.settings.budgets, interrupted)
+                              self.settings.budgets, interrupted, self.settings.proxy)
         outputs.write_outputs(result)
         self._report(outdir)
         return result

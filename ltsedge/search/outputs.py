@@ -74,12 +74,17 @@ def _write_json(path: Path, data) -> None:
 def write_outputs(result: SearchResult) -> None:
     out_dir, summary, comparison = result.out_dir, result.summary, result.baseline
     entries = [frontier_entry(p, out_dir) for p in result.frontier]
+    columns = FRONTIER_COLUMNS
+    if result.proxy is not None:  # the quality the front was drawn with, beside the decoder parameters
+        columns = columns[:2] + ["predicted_loss"] + columns[2:]
+        for e, p in zip(entries, result.frontier):
+            e["predicted_loss"] = round(result.proxy.predict(p.candidate.arch), 4)
     _write_json(out_dir / "frontier.json", {"device": summary["device"]["name"], "fingerprint": summary["fingerprint"],
                                             "export": summary.get("export", {}),
                                             "objective": summary["settings"]["objective"],
                                             "precision": summary["settings"].get("precision", "fp32"),
                                             "models": entries})
-    _write_csv(out_dir / "frontier.csv", FRONTIER_COLUMNS,
+    _write_csv(out_dir / "frontier.csv", columns,
                [{**e, **_flat_arch(p.candidate.arch), "agent": p.candidate.measurement.agent or "",
                  "precision": summary["settings"].get("precision", "fp32")}
                 for e, p in zip(entries, result.frontier)])

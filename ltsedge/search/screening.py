@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ltsedge.costmodel import CostModel, Estimate
 from ltsedge.runners.measurement import Measurement
+from ltsedge.proxy import decoder_merit, merit_of
 from ltsedge.search.budgets import Budgets
 from ltsedge.search.pareto import pareto_front
 
@@ -48,17 +49,18 @@ def audited(seed: int, arch_id: str, share: float = AUDIT_SHARE) -> bool:
 
 class Screen:
     def __init__(self, objective: str, budgets: Budgets, seed: int, audit_share: float = AUDIT_SHARE,
-                 share: float = MEASURE_SHARE):
+                 share: float = MEASURE_SHARE, merit=decoder_merit):
         self.objective, self.budgets, self.seed, self.audit_share = objective, budgets, seed, audit_share
         self.share = share
+        self.merit = merit  # the front's quality axis (pareto.py): decoder parameters or a fitted proxy's
         self.model: CostModel | None = None
 
     def use(self, model: CostModel) -> None:
         self.model = model
 
-    def verdict(self, arch, params: int, front: list[tuple[int, float, float]], calibration_ms: float) -> Verdict:
+    def verdict(self, arch, params: int, front: list[tuple[float, float, float]], calibration_ms: float) -> Verdict:
         """Whether ``arch`` (with ``params`` decoder parameters) must be measured, given the front
-        measured so far (``front_points``)."""
+        measured so far (``front_points``, in merit)."""
         if self.model is None or not self.model.ready:
             return Verdict(True, "no cost model yet")
         estimate = self.model.predict(arch)
@@ -70,18 +72,18 @@ class Screen:
             return Verdict(budget[0], budget[1], estimate)
         if audited(self.seed, arch.id, self.audit_share):
             return Verdict(True, "audit", estimate)
-        score = promise(params, ratio.low, memory.low, front)
+        score = promise(self.merit(arch, params), ratio.low, memory.low, front)
         if score <= 1.0:
             return Verdict(False, "dominated by the measured front", estimate, score)
         return Verdict(True, "could enter the front", estimate, score)
 
-    def front_points(self, measured: list) -> list[tuple[int, float, float]]:
-        """The measured front as (decoder parameters, objective ratio, peak MB)."""
+    def front_points(self, measured: list) -> list[tuple[float, float, float]]:
+        """The measured front as (merit, objective ratio, peak MB)."""
         points = []
-        for c in pareto_front(measured, self.budgets):
+        for c in pareto_front(measured, self.budgets, self.merit):
             front_ratio = c.measurement.ratio(self.objective)
             if front_ratio is not None and c.memory_mb is not None:
-                points.append((c.params.decoder_params, front_ratio, c.memory_mb))
+                points.append((merit_of(c, self.merit), front_ratio, c.memory_mb))
         return points
 
     def _budget_verdict(self, params, ratio, memory, calibration_ms) -> tuple[bool, str] | None:
@@ -100,10 +102,10 @@ class Screen:
         return None
 
 
-def promise(params: int, ratio: float, memory: float, front: list[tuple[int, float, float]]) -> float:
-    """How far (ratio, memory) lies beyond the front at ``params``: the smallest, over the front points
-    with at least these decoder parameters, of the larger factor by which it beats them on latency or
-    memory. <= 1: one of them dominates it; infinite: no front point has as many parameters."""
+def promise(params: float, ratio: float, memory: float, front: list[tuple[float, float, float]]) -> float:
+    """How far (ratio, memory) lies beyond the front at merit ``params``: the smallest, over the front
+    points of at least this merit, of the larger factor by which it beats them on latency or memory.
+    <= 1: one of them dominates it; infinite: no front point has as much merit."""
     factors = [max(r / ratio, m / memory) for p, r, m in front if p >= params and ratio > 0 and memory > 0]
     return min(factors, default=float("inf"))
 

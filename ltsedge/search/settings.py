@@ -12,6 +12,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.precision import QuantOptions
+from ltsedge.proxy import decoder_merit
 from ltsedge.search.budgets import Budgets
 from ltsedge.space import SearchSpace
 from ltsedge.workloads import WORKLOADS
@@ -98,6 +99,11 @@ class SearchSettings:
                 "quantization": self.quantization.for_precision(self.precision) if self.quantization else None,
                 # only when set: the identities of searches of decoder parameters stay what they were
                 **({"proxy": self.proxy.identity()} if self.proxy is not None else {})}
+
+    @property
+    def merit(self):
+        """The front's quality axis (pareto.py): decoder parameters, or the fitted proxy's merit."""
+        return self.proxy.merit if self.proxy is not None else decoder_merit
 
     def measuring_profile(self, profile: DeviceProfile) -> DeviceProfile:
         """The profile the search's candidates are measured with (its repeat policy per ``timing``)."""
