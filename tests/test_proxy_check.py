@@ -231,3 +231,25 @@ def test_the_leave_one_out_error_is_that_of_refitting_without_each_model():
     X = np.column_stack([np.ones(9), features])
     by_refit = [X[i] @ np.linalg.lstsq(np.delete(X, i, 0), np.delete(losses, i), rcond=None)[0] for i in range(9)]
     assert np.allclose(fitted["loo_predictions"], by_refit)
+
+
+def test_a_cpu_check_takes_the_cpu_recipe_unless_told(tmp_path, text_file):
+    """A CPU affords few tokens per model: its recipe takes more, smaller steps than a GPU's
+    (run.DEFAULT_RECIPE); --batch, --sequence and --lr override it, and the plan records it."""
+    from ltsedge.proxycheck.run import DEFAULT_RECIPE
+
+    tiny = ("--preset", "smoke", "--models", "3", "--tokens-per-model", "64", "--depths", "0", "--threads", "1",
+            "--device", "cpu", "--quiet")
+    smoke_positions = get_preset("smoke").space().n_positions
+    for extra, expected in (((), {"batch": 8, "sequence": min(64, smoke_positions), "lr": 1e-3}),
+                            (("--batch", "2", "--sequence", "16", "--lr", "0.01"), {"batch": 2, "sequence": 16,
+                                                                                     "lr": 0.01})):
+        out = tmp_path / f"out{len(extra)}"
+        proc = run_ltsedge("proxy-check", "--text", text_file, *tiny, *extra, "--out", out)
+        assert proc.returncode == 0, proc.stderr
+        recipe = json.loads((out / "plan.json").read_text())["recipe"]
+        assert {k: recipe[k] for k in expected} == expected
+    cpu, gpu = DEFAULT_RECIPE["cpu"], DEFAULT_RECIPE["cuda"]
+    assert cpu["batch"] * cpu["sequence"] < gpu["batch"] * gpu["sequence"]  # more steps for the same tokens
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, *tiny, "--lr", "0", "--out", tmp_path / "bad"),
+                    "--lr")

@@ -28,9 +28,13 @@ def proxy_check(
                                                    "model (default: 20,000,000 on a GPU, 1,000,000 on a CPU)."),
     max_params: Optional[int] = typer.Option(None, "--max-params", min=1, help="Largest decoder-parameter count "
                                              "sampled (a CPU trains a 100 M model for hours)."),
-    batch: int = typer.Option(64, "--batch", min=1, max=65536, help="Sequences per step."),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, max=65536, help="Sequences per step (default: 64 "
+                                        "on a GPU, 8 on a CPU)."),
     sequence: Optional[int] = typer.Option(None, "--sequence", min=8, max=65536, help="Tokens per sequence "
-                                           "(default 256, or the space's n_positions if fewer)."),
+                                           "(default: 256 on a GPU, 64 on a CPU, or the space's n_positions if "
+                                           "fewer)."),
+    lr: Optional[float] = typer.Option(None, "--lr", min=1e-6, max=1.0, help="Peak learning rate of the recipe "
+                                       "(default: 1e-3)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu (auto: cuda where torch sees a GPU)."),
     parallel: Optional[int] = typer.Option(None, "--parallel", min=1, max=64, help="Models trained at once, each in "
                                            "a process (default: 4 on a GPU, 1 on a CPU, which gets every core)."),
@@ -58,7 +62,7 @@ def proxy_check(
 
     options = CheckOptions(text=text, tokenizer=tokenizer, space_file=space_file, preset=preset, backbone=backbone,
                            models=models, control_models=control_models, depths=depths,
-                           tokens_per_model=tokens_per_model, max_params=max_params, batch=batch, sequence=sequence,
+                           tokens_per_model=tokens_per_model, max_params=max_params, batch=batch, sequence=sequence, lr=lr,
                            device=device, parallel=parallel, threads=threads, seed=seed, out=out, restart=restart,
                            quiet=quiet)
     summary = run_check(options, log=lambda m: typer.echo(m, err=True))

@@ -40,7 +40,11 @@ from ltsedge.space import SearchSpace
 PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG = "plan.json", "tokenizer.json", "tokens.bin", "tokens.json", "models.jsonl"
 OUTPUTS = (PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG, RESULT, PICTURE)
 DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 1_000_000}  # per model (docs/proxy-check.md: what a CPU hour affords)
-DEFAULT_SEQUENCE = 256
+# The recipe's batch, sequence and peak learning rate where not given. A GPU's is the pilot's
+# (docs/proxy-check.md). A CPU affords about a million tokens per model, so the steps, not the tokens,
+# decide how far a model gets: smaller batches of shorter sequences, the same rate (a higher one sped the
+# small models and inverted the ranking: docs/proxy-check.md, "The recipe").
+DEFAULT_RECIPE = {"cuda": {"batch": 64, "sequence": 256, "lr": 1e-3}, "cpu": {"batch": 8, "sequence": 64, "lr": 1e-3}}
 DEFAULT_PARALLEL = {"cuda": 4, "cpu": 1}  # models trained at once: small models leave a GPU mostly idle
 REPEAT_WARNING = 2.0  # passes over the training text per model above which memorising gets a say
 ANNOUNCE_BYTES = 5_000_000  # a text this large takes long enough to tokenize to say so
@@ -59,8 +63,9 @@ class CheckOptions:
     depths: int = 4  # depths of the equal-parameter set (0: none)
     tokens_per_model: int | None = None  # None: DEFAULT_TOKENS of the device
     max_params: int | None = None
-    batch: int = 64
-    sequence: int | None = None  # None: DEFAULT_SEQUENCE, or the space's n_positions if shorter
+    batch: int | None = None  # None: DEFAULT_RECIPE's of the device
+    sequence: int | None = None  # None: DEFAULT_RECIPE's of the device, or the space's n_positions if shorter
+    lr: float | None = None  # peak learning rate; None: DEFAULT_RECIPE's of the device
     device: str = "auto"
     parallel: int | None = None  # None: DEFAULT_PARALLEL of the device
     threads: int | None = None  # torch threads per model on a CPU; None: every core, shared by the models at once
@@ -94,7 +99,9 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
         raise LtsedgeError("--device cuda: torch sees no CUDA GPU on this machine (install a CUDA build of torch, "
                            "or use --device cpu)")
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    recipe = Recipe(batch=options.batch, sequence=_sequence(options.sequence, space))
+    defaults = DEFAULT_RECIPE[kind]
+    recipe = Recipe(batch=options.batch or defaults["batch"], lr=options.lr or defaults["lr"],
+                    sequence=_sequence(options.sequence, space, defaults["sequence"]))
     per_model = options.tokens_per_model or DEFAULT_TOKENS[kind]
     text = read_text(options.text)
     roles = _sample(space, options)  # a space that cannot give the models is refused before any work
@@ -135,15 +142,15 @@ def _tokens_data(outdir: OutputDir, ids: np.ndarray, recipe, seed: int):
     return Data(str(outdir.path(TOKENS)), ids.dtype.str, recipe.sequence + 1, seed)
 
 
-def _sequence(given: int | None, space: SearchSpace) -> int:
-    """The training sequence: as given (refused past the space's positions), else 256 or the space's
+def _sequence(given: int | None, space: SearchSpace, default: int) -> int:
+    """The training sequence: as given (refused past the space's positions), else ``default`` or the space's
     positions if fewer (a learned position table ends there)."""
     limit = get_backbone(space.backbone).max_sequence(space)
     if given is not None:
         if limit is not None and given > limit:
             raise LtsedgeError(f"--sequence {given} is longer than the space's n_positions {limit}")
         return given
-    return min(DEFAULT_SEQUENCE, limit) if limit is not None else DEFAULT_SEQUENCE
+    return min(default, limit) if limit is not None else default
 
 
 # --- the text's tokens --------------------------------------------------------------------------------
