@@ -26,7 +26,7 @@ from tests.helpers import one_line_exit_2, run_ltsedge
 # 3 smoke-preset models x 20 steps of 2 x 16 tokens, one thread (a busy 2-core machine runs tiny models
 # faster on one)
 TINY = ("--preset", "smoke", "--models", "3", "--tokens-per-model", "640", "--batch", "2", "--sequence", "16",
-        "--depths", "0", "--threads", "1", "--quiet")
+        "--depths", "0", "--threads", "1", "--parallel", "1", "--quiet")
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +253,15 @@ def test_a_cpu_check_takes_the_cpu_recipe_unless_told(tmp_path, text_file):
     assert cpu["batch"] * cpu["sequence"] < gpu["batch"] * gpu["sequence"]  # more steps for the same tokens
     one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, *tiny, "--lr", "0", "--out", tmp_path / "bad"),
                     "--lr")
+
+
+def test_a_cpu_trains_one_model_per_core_and_a_gpu_four_unless_told():
+    from ltsedge.proxycheck.run import plan_workers
+
+    assert plan_workers("cpu", None, None, models=14, cores=2) == (2, 1)
+    assert plan_workers("cpu", None, None, models=14, cores=16) == (14, 1)  # never more than the models
+    assert plan_workers("cpu", None, None, models=3, cores=2) == (2, 1)
+    assert plan_workers("cpu", 1, None, models=14, cores=2) == (1, 2)  # one model: every core
+    assert plan_workers("cpu", None, 2, models=14, cores=8) == (8, 2)
+    assert plan_workers("cuda", None, None, models=12, cores=16) == (4, 4)
+    assert plan_workers("cuda", 8, None, models=3, cores=16) == (3, 5)

@@ -37,7 +37,7 @@ def proxy_check(
                                        "(default: 1e-3)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu (auto: cuda where torch sees a GPU)."),
     parallel: Optional[int] = typer.Option(None, "--parallel", min=1, max=64, help="Models trained at once, each in "
-                                           "a process (default: 4 on a GPU, 1 on a CPU, which gets every core)."),
+                                           "a process (default: 4 on a GPU; on a CPU one per core)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, max=1024, help="CPU threads per model "
                                           "(default: every core, shared by the models trained at once; on a busy "
                                           "machine fewer can be faster)."),

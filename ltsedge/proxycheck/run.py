@@ -45,7 +45,10 @@ DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 1_000_000}  # per model (docs/proxy
 # decide how far a model gets: smaller batches of shorter sequences, the same rate (a higher one sped the
 # small models and inverted the ranking: docs/proxy-check.md, "The recipe").
 DEFAULT_RECIPE = {"cuda": {"batch": 64, "sequence": 256, "lr": 1e-3}, "cpu": {"batch": 8, "sequence": 64, "lr": 1e-3}}
-DEFAULT_PARALLEL = {"cuda": 4, "cpu": 1}  # models trained at once: small models leave a GPU mostly idle
+# Models trained at once: small models leave a GPU mostly idle; a CPU trains one per core, one thread each
+# (None), since one small model scales poorly over threads (two ran 2.5-3.5x slower than one on a busy
+# 2-core machine: docs/proxy-check.md).
+DEFAULT_PARALLEL = {"cuda": 4, "cpu": None}
 REPEAT_WARNING = 2.0  # passes over the training text per model above which memorising gets a say
 ANNOUNCE_BYTES = 5_000_000  # a text this large takes long enough to tokenize to say so
 RESTART_HINT = "pass --restart to discard it, or choose another --out"
@@ -330,15 +333,23 @@ def _append(outdir: OutputDir, identity: str, record: dict) -> None:
 
 
 # --- training -----------------------------------------------------------------------------------------
+def plan_workers(kind: str, parallel: int | None, threads: int | None, models: int, cores: int | None = None
+                 ) -> tuple[int, int]:
+    """(models trained at once, torch threads each): as given, else ``DEFAULT_PARALLEL`` of the device (a
+    CPU: one per core), never more than the models left; the cores shared among them."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = max(1, min(parallel or DEFAULT_PARALLEL[kind] or cores, models))
+    return workers, threads or max(1, cores // workers)
+
+
 def _train(todo: list[Planned], planned: list[Planned], done: dict, parts, recipe, per_model: int, device: str,
            kind: str, options: CheckOptions, outdir: OutputDir, identity: str, log, data) -> None:
     import torch
 
     from ltsedge.proxycheck.training import flops_per_token, train_one
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = max(1, min(options.parallel or DEFAULT_PARALLEL[kind], len(todo)))
-    threads = options.threads or max(1, cores // workers)
+    workers, threads = plan_workers(kind, options.parallel, options.threads, len(todo))
     steps = recipe.steps(per_model)
     work = {p.index: flops_per_token(p.arch, recipe.sequence) * steps * recipe.tokens_per_step for p in planned}
     by_index = {p.index: p for p in planned}
