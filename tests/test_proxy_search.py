@@ -111,6 +111,55 @@ def test_a_fitted_proxy_decides_which_models_are_published(tmp_path):
     assert plain.merit(deep.arch, 1234) == 1234.0
 
 
+def test_the_cap_the_baseline_match_and_the_screen_follow_the_fitted_proxy(tmp_path):
+    from ltsedge.runners.measurement import Measurement
+    from ltsedge.search.baseline import compare
+    from ltsedge.search.pareto import cap
+    from ltsedge.search.screening import Screen
+
+    space = get_preset("smoke").space()
+    proxy = load_proxy(check_result(tmp_path / "c.json", space, depth_cost=0.2), "gpt2")
+    deep, shallow = _model(4, 224, latency_ms=0.5), _model(1, 1024, latency_ms=2.0)
+    kept = sorted([deep, shallow], key=lambda m: m.params.decoder_params)
+    assert cap(kept, 1) == [deep]  # the most decoder parameters
+    assert cap(kept, 1, merit=proxy.merit) == [shallow]  # the best predicted loss
+
+    baseline = _model(3, 256, latency_ms=3.0)
+    fast_deep, slow_shallow = _model(6, 256, latency_ms=0.5), _model(2, 384, latency_ms=0.8)
+    plain = compare([baseline.arch], [baseline], [None], [fast_deep, slow_shallow])
+    fitted = compare([baseline.arch], [baseline], [None], [fast_deep, slow_shallow], proxy.merit)
+    assert plain[0]["frontier_id"] == fast_deep.arch.id and plain[0]["speedup"] == pytest.approx(6.0)
+    assert fitted[0]["frontier_id"] == slow_shallow.arch.id and fitted[0]["speedup"] == pytest.approx(3.75)
+
+    for m in (deep, shallow):
+        m.measurement = Measurement(ok=True, workload="decode", workloads={"decode": {"latency_ratio": m.latency_ms}})
+    by_params = Screen("decode", Budgets(), seed=0).front_points([deep, shallow])
+    by_fit = Screen("decode", Budgets(), seed=0, merit=proxy.merit).front_points([deep, shallow])
+    assert by_params == [(float(deep.params.decoder_params), 0.5, 10.0)]  # more parameters and faster: alone
+    assert by_fit == [(pytest.approx(proxy.merit(shallow.arch, shallow.params.decoder_params)), 2.0, 10.0),
+                      (pytest.approx(proxy.merit(deep.arch, deep.params.decoder_params)), 0.5, 10.0)]
+
+
+def test_the_hypervolume_scale_holds_the_space_s_highest_merit(tmp_path):
+    from ltsedge.search.callback import highest_merit
+
+    space = get_preset("quick").space()
+    largest = space.decode(space.upper_bounds)
+    assert highest_merit(space, lambda a, p: float(p)) == count_params(largest).decoder_params
+    proxy = load_proxy(check_result(tmp_path / "c.json", space, depth_cost=0.2), "gpt2")
+    top = highest_merit(space, proxy.merit)
+    assert top > proxy.merit(largest, count_params(largest).decoder_params)  # depth costs: a shallower one leads
+    assert all(proxy.merit(a, count_params(a).decoder_params) <= top * (1 + 1e-12) for a in space.sample(300, seed=4))
+
+
+def test_a_fit_too_flat_to_rank_the_space_is_refused(tmp_path):
+    space = get_preset("default").space()
+    flat = check_result(tmp_path / "flat.json", space, size_slope=-0.002, depth_cost=0.1)
+    assert load_proxy(flat, "gpt2").b < 0  # more parameters still help, by a hair
+    with pytest.raises(LtsedgeError, match="too flat in parameters to rank this space"):
+        resolve(SearchOptions(preset="default", proxy=flat))
+
+
 def test_a_fit_in_which_more_parameters_do_not_help_is_refused(tmp_path):
     space = get_preset("smoke").space()
     rising = check_result(tmp_path / "rising.json", space, size_slope=0.2)

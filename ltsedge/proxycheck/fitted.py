@@ -21,6 +21,7 @@ from ltsedge.proxycheck import RESULT
 from ltsedge.validate import is_number
 
 PROXIES = ("decoder",)  # the built-in proxy names; anything else is a check's file
+MAX_EXPONENT = 300.0  # of merit's depth factor: e^300 is far inside a float's range
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,13 @@ class FittedProxy:
         exactly as ``predict`` does (b < 0, ``load_proxy``), and a ratio of two merits is a difference of
         predicted loss (|b| ln ratio nats): publishing's resolution and the baseline comparison keep their
         meaning, in predicted loss."""
-        exponent = max(-300.0, min(300.0, self.c / self.b * arch.n_layer))
-        return max(decoder_params, 1) * math.exp(exponent)
+        exponent = max(-MAX_EXPONENT, min(MAX_EXPONENT, self.c / self.b * arch.n_layer))  # load_proxy keeps a
+        return max(decoder_params, 1) * math.exp(exponent)  # space's models inside; a model beyond is clipped
 
     def identity(self) -> dict:
+        # "ranks": what the fit decides in a search (NSGA-II's objective and the published front)
         return {"kind": "fitted", "a": self.a, "b": self.b, "c": self.c, "backbone": self.backbone,
-                "sha256": self.sha256}
+                "sha256": self.sha256, "ranks": "front"}
 
 
 def read_check(path: str | Path, what: str = "proxy-check result") -> dict:
@@ -61,8 +63,9 @@ def read_check(path: str | Path, what: str = "proxy-check result") -> dict:
     return data
 
 
-def load_proxy(path: str | Path, backbone: str) -> FittedProxy:
-    """``--proxy FILE``: the fitted proxy of a check of ``backbone``'s space."""
+def load_proxy(path: str | Path, backbone: str, max_layers: int | None = None) -> FittedProxy:
+    """``--proxy FILE``: the fitted proxy of a check of ``backbone``'s space (of models up to ``max_layers``
+    deep)."""
     data = read_check(path, "--proxy")
     fitted = data.get("fitted")
     coefficients = fitted.get("coefficients") if isinstance(fitted, dict) else None
@@ -76,6 +79,11 @@ def load_proxy(path: str | Path, backbone: str) -> FittedProxy:
         raise LtsedgeError(f"--proxy {path}: its fit predicts no lower loss for more decoder parameters "
                            f"(b = {coefficients['b']:+.3g} per ln parameter); search with --proxy decoder, or check "
                            "with more tokens per model")
+    depth_term = abs(coefficients["c"] / coefficients["b"]) * (max_layers or 0)
+    if depth_term > MAX_EXPONENT:  # merit's exponent: beyond it the depth term would be clipped, and ranks lost
+        raise LtsedgeError(f"--proxy {path}: its fit is too flat in parameters to rank this space (its depth term "
+                           f"is worth a factor e^{depth_term:.0f} of decoder parameters over {max_layers} layers); "
+                           "search with --proxy decoder, or check with more tokens per model")
     loo = fitted.get("loo_rmse")
     return FittedProxy(float(coefficients["a"]), float(coefficients["b"]), float(coefficients["c"]), backbone,
                        data["_sha256"], float(loo) if is_number(loo) else None)

@@ -86,17 +86,17 @@ def resolve(options: SearchOptions):
         objective=objective, racing=options.racing, measure=_measure(options.measure),
         seed_baseline=options.seed_baseline, timing=options.search_timing, resolution=options.resolution,
         max_bundles=options.max_bundles,
-        quantization=options.quantization, proxy=_proxy(options.proxy, space.backbone),
+        quantization=options.quantization, proxy=_proxy(options.proxy, space),
         precision=_precision(options.precision, profile, _first(options.target_ort, profile.target_ort)),
     )
     return settings, profile
 
 
-def _proxy(given: str, backbone: str):
+def _proxy(given: str, space):
     """None for decoder parameters (the study's proxy), else the fitted proxy of a proxy-check's file."""
     from ltsedge.proxycheck.fitted import PROXIES, load_proxy
 
-    return None if given in PROXIES else load_proxy(given, backbone)
+    return None if given in PROXIES else load_proxy(given, space.backbone, space.max_layers)
 
 
 def _objective(given: str | None, backbone) -> str:

@@ -14,6 +14,18 @@ from ltsedge.search.checkpoint import SearchState
 from ltsedge.search.pareto import HypervolumeScale, pareto_front
 
 
+def highest_merit(space, merit) -> float:
+    """The highest merit the space holds: that of its widest model at each depth (by decoder parameters, the
+    deepest; a fitted proxy may rank a shallower one above it)."""
+    best = 0.0
+    for depth in range(len(space.n_layer)):
+        genes = list(space.upper_bounds)
+        genes[0] = depth  # the n_layer gene
+        arch = space.decode(genes)
+        best = max(best, merit(arch, count_params(arch).decoder_params))
+    return best
+
+
 class GenerationCallback(Callback):
     def __init__(self, evaluator, settings, state: SearchState, *, progress=None):
         super().__init__()
@@ -26,9 +38,7 @@ class GenerationCallback(Callback):
         merit = self.settings.merit
         if state.hv_scale is None:
             space = self.settings.space
-            largest = space.decode(space.upper_bounds)
-            max_merit = merit(largest, count_params(largest).decoder_params)  # the space's largest model's
-            state.hv_scale = HypervolumeScale.from_candidates(candidates, max_merit).to_dict()
+            state.hv_scale = HypervolumeScale.from_candidates(candidates, highest_merit(space, merit)).to_dict()
         front = pareto_front(candidates, self.settings.budgets, merit)
         s = self.evaluator.stats
         record = {"generation": state.generation, "hypervolume": HypervolumeScale(**state.hv_scale)(front, merit),

@@ -74,7 +74,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     anchors = comparison_anchors(settings.baseline, settings.space, front, settings.merit) \
         if with_baseline and settings.baseline is not None else set()
     thinned = thin(front, settings.resolution, keep=set(seeded) | anchors, merit=settings.merit)
-    kept = cap(thinned, settings.max_bundles, keep=set(seeded) | anchors)
+    kept = cap(thinned, settings.max_bundles, keep=set(seeded) | anchors, merit=settings.merit)
     off_front = {i: a for i, a in seeded.items() if i not in {c.arch.id for c in kept}}
     contenders = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
         if with_baseline else []

@@ -72,18 +72,21 @@ def spread(items: list, n: int) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
-def cap(kept: list, limit: int | None, keep: frozenset[str] | set[str] = frozenset()) -> list:
+def cap(kept: list, limit: int | None, keep: frozenset[str] | set[str] = frozenset(), merit=decoder_merit) -> list:
     """At most ``limit`` of the thinned front ``kept`` (sorted by decoder parameters; None: all): a user's
     disk, not the front, bounds what is written (a 3-objective front of 233 models wrote 44 GB). The ids in
-    ``keep`` (what the baseline comparison reads) first, then the others spread evenly over the decoder
-    parameters; where ``keep`` alone is over the limit, it is spread the same way."""
+    ``keep`` (what the baseline comparison reads) first, then the others spread evenly over the merit
+    (the best by the proxy always among them); where ``keep`` alone is over the limit, it is spread the same
+    way. Returned in the order of ``kept``."""
     if limit is None or len(kept) <= limit:
         return list(kept)
-    must = [c for c in kept if c.arch.id in keep]
+    ranked = sorted(kept, key=lambda c: merit_of(c, merit))
+    must = [c for c in ranked if c.arch.id in keep]
     if len(must) >= limit:
-        return spread(must, limit)
-    chosen = {c.arch.id for c in must} | {c.arch.id for c in spread([c for c in kept if c.arch.id not in keep],
-                                                                      limit - len(must))}
+        chosen = {c.arch.id for c in spread(must, limit)}
+    else:
+        chosen = {c.arch.id for c in must} | {c.arch.id for c in spread(
+            [c for c in ranked if c.arch.id not in keep], limit - len(must))}
     return [c for c in kept if c.arch.id in chosen]
 
 

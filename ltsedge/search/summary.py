@@ -65,8 +65,10 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
         console.print(f"({MAX_ROWS} of {len(result.frontier)} models, spread over the range: all in frontier.csv)")
     compared = [r for r in result.baseline if r["speedup"] is not None]
     if result.baseline:
-        console.print(_baseline_table(result.baseline, "vs the layer-scaled baseline (frontier model with at least "
-                                                       "its decoder params, fastest)"))
+        quality = "predicted no worse by the fitted proxy" if result.proxy is not None else \
+            "with at least its decoder params"
+        console.print(_baseline_table(result.baseline, f"vs the layer-scaled baseline (frontier model {quality}, "
+                                                       "fastest)"))
         outside = [r for r in result.baseline if r.get("stand_in")]
         if outside:
             console.print("* outside the space: measured as it is, and so is its stand-in, its nearest shape in "
@@ -74,7 +76,8 @@ def print_summary(result: SearchResult, console: Console | None = None) -> None:
             console.print(_baseline_table(outside, "vs the baseline's stand-ins in the space (measured beside the "
                                                    "front)", prefix="stand_in_"))
         if not compared:
-            console.print("no frontier model reaches the baseline's decoder parameters")
+            console.print("no frontier model reaches the baseline's " + (
+                "predicted loss" if result.proxy is not None else "decoder parameters"))
     console.print(f"outputs in {result.out_dir}/: frontier.json, frontier.csv, candidates.csv, "
                   f"{'baseline.csv, ' if result.baseline else ''}search.json, models/")
 
