@@ -161,6 +161,27 @@ def test_compare_ranks_only_models_measured_on_every_axis(tmp_path):
     assert rows[0]["dominating"] == 1 and rows[0]["examples"] == ["m1 > b:m0"]
 
 
+def test_searches_drawn_with_one_fitted_proxy_compare_by_its_predicted_loss(tmp_path):
+    """A deeper model with more decoder parameters and the same figures dominates by decoder parameters;
+    where both searches drew their fronts with the same fit, its predicted loss decides instead."""
+    fit = {"kind": "fitted", "a": 9.0, "b": -0.3, "c": 0.2, "backbone": "gpt2", "sha256": "f" * 64, "ranks": "front"}
+    fitted = summary()
+    fitted["settings"]["proxy"] = fit
+    shallow, deep = model(0, decoder_params=1000, predicted_loss=6.0), model(0, decoder_params=1200, predicted_loss=6.3)
+    a = load(search_folder(tmp_path / "a", fitted, front=frontier([{**shallow, "id": "s"}])))
+    b = load(search_folder(tmp_path / "b", fitted, front=frontier([{**deep, "id": "d"}])))
+    assert [r["examples"] for r in dominance([a, b])] == [["s > b:d"], []]
+    plain_a = load(search_folder(tmp_path / "pa", front=frontier([{**shallow, "id": "s"}])))
+    plain_b = load(search_folder(tmp_path / "pb", front=frontier([{**deep, "id": "d"}])))
+    assert [r["examples"] for r in dominance([plain_a, plain_b])] == [[], ["d > pa:s"]]
+    other = summary()
+    other["settings"]["proxy"] = {**fit, "sha256": "0" * 64}  # another fit: its losses are not comparable
+    c = load(search_folder(tmp_path / "c", other, front=frontier([{**deep, "id": "d"}])))
+    assert [r["examples"] for r in dominance([a, c])] == [[], ["d > a:s"]]
+    assert {r["quality"] for r in dominance([a, b])} == {"predicted_loss"}
+    assert {r["quality"] for r in dominance([a, c])} == {"decoder_params"}
+
+
 # --- 3. a missing folder, a file as --out -----------------------------------------------------------------
 def test_report_of_a_missing_folder_creates_nothing(tmp_path):
     with pytest.raises(LtsedgeError, match="search output directory not found"):

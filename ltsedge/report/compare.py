@@ -18,6 +18,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.files import write_file
 from ltsedge.report import make_folder
 from ltsedge.report.data import DRAWN, LATENCIES, SearchData, load
+from ltsedge.validate import is_number
 
 MEASUREMENT_SETTINGS = ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                         "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
@@ -43,19 +44,21 @@ def differences(searches: list[SearchData]) -> list[str]:
 
 
 def dominance(searches: list[SearchData]) -> list[dict]:
-    """Per search: how many of its frontier models dominate a frontier model of another search."""
+    """Per search: how many of its frontier models dominate a frontier model of another search, quality
+    ranked by ``quality_key``."""
     rows = []
+    quality = quality_key(searches)
     for data in searches:
         field = data.objective_field()
         ours = [m for m in data.frontier if _comparable(m, field)]
         theirs = [(o.name, m) for o in searches if o is not data for m in o.frontier if _comparable(m, field)]
         winners = []
         for m in ours:
-            beaten = [f"{name}:{t['id']}" for name, t in theirs if _dominates(m, t, field)]
+            beaten = [f"{name}:{t['id']}" for name, t in theirs if _dominates(m, t, field, quality)]
             if beaten:
                 winners.append(f"{m['id']} > {beaten[0]}")
         rows.append({"search": data.name, "models": len(data.frontier), "dominating": len(winners),
-                     "examples": winners[:3]})
+                     "examples": winners[:3], "quality": quality})
     return rows
 
 
@@ -64,9 +67,23 @@ def _comparable(m: dict, field: str) -> bool:
     return m.get(field) is not None and m.get("peak_memory_mb") is not None
 
 
-def _dominates(a: dict, b: dict, field: str) -> bool:
-    ka = (-a["decoder_params"], a[field], a["peak_memory_mb"])
-    kb = (-b["decoder_params"], b[field], b["peak_memory_mb"])
+def quality_key(searches: list[SearchData]) -> str:
+    """What ranks quality across the searches: the predicted held-out loss where every one drew its front
+    with the same fitted proxy (``search --proxy FILE``, frontier.json's ``predicted_loss``), else the
+    decoder parameters (the study's proxy; a fit ranks only the searches it drew)."""
+    proxies = {json.dumps(s.settings.get("proxy"), sort_keys=True) for s in searches}
+    fitted = len(proxies) == 1 and searches[0].settings.get("proxy") is not None
+    if fitted and all(is_number(m.get("predicted_loss")) for s in searches for m in s.frontier):
+        return "predicted_loss"
+    return "decoder_params"
+
+
+def _dominates(a: dict, b: dict, field: str, quality: str = "decoder_params") -> bool:
+    def key(m: dict) -> tuple:
+        better = m["predicted_loss"] if quality == "predicted_loss" else -m["decoder_params"]  # lower is better
+        return better, m[field], m["peak_memory_mb"]
+
+    ka, kb = key(a), key(b)
     return all(x <= y for x, y in zip(ka, kb)) and ka != kb
 
 

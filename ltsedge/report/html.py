@@ -199,7 +199,11 @@ def compare_html(searches: list[SearchData], dominance: list[dict]) -> str:
         body.append(_figure_html(fig, f"compare-{i}"))
     rows = "".join(f"<tr><td>{html.escape(r['search'])}</td><td>{r['models']}</td><td>{r['dominating']}</td>"
                    f"<td>{html.escape(', '.join(r['examples']))}</td></tr>" for r in dominance)
-    body.append("<h2>Who dominates whom</h2><table><tr><th>search</th><th>frontier models</th>"
+    fitted = any(r.get("quality") == "predicted_loss" for r in dominance)
+    basis = ("the predicted held-out loss of the fitted proxy every search drew its front with" if fitted
+             else "decoder parameters")
+    body.append(f"<h2>Who dominates whom</h2><p>Quality ranked by {basis}; latency and peak memory as "
+                "measured.</p><table><tr><th>search</th><th>frontier models</th>"
                 f"<th>dominating a model of another search</th><th>for example</th></tr>{rows}</table>")
     return page("ltsedge: frontiers compared", body)
 
