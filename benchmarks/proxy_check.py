@@ -17,7 +17,13 @@ affords: for N models log-spaced over a 10x range of sizes, the tokens per model
 Part ``check``: ``ltsedge proxy-check`` itself on the corpus (its JSON and PNG in ``--work``): the ranking,
 the control, the depth set, the fitted proxy, the ranking at each checkpoint.
 
+Part ``gpu``: the GPU targets in one run. Two architecture samples (seeds 0 and 1) of ``--models`` (12)
+standard GPT-2 models of the default space, ``--tokens-per-model`` (16 M) each, on the same text: the wall
+time and models per hour of each (target: 12 x 16 M in 10 min or less), each sample's Spearman and their
+difference (target: within 0.05).
+
     python benchmarks/proxy_check.py --part throughput [--threads 1] [--batch 8] [--sequence 64]
+    python benchmarks/proxy_check.py --part gpu [--models 12] [--tokens-per-model 16000000] [--parallel N]
     python benchmarks/proxy_check.py --part check [--corpus docs] [--preset quick] [--models 12]
                                      [--tokens-per-model 1000000] [--device auto] [--parallel N] [--threads T]
                                      [--max-params P] [--space FILE] [--batch B] [--sequence S] [--lr LR]
@@ -174,7 +180,8 @@ def check(args) -> None:
     text = corpus(args.work, args.corpus_mb, args.corpus)
     options = CheckOptions(text=text, space_file=args.space, preset=args.preset, backbone=args.backbone,
                            models=args.models, tokens_per_model=args.tokens_per_model, max_params=args.max_params,
-                           batch=args.batch, sequence=args.sequence, lr=args.lr, device=args.device, parallel=args.parallel, threads=args.threads,
+                           batch=args.batch, sequence=args.sequence, lr=args.lr, device=args.device,
+                           parallel=args.parallel, threads=args.threads,
                            depths=args.depths, control_models=args.control_models, out=args.work / "check",
                            seed=args.seed)
     started = time.time()
@@ -185,9 +192,33 @@ def check(args) -> None:
     print(json.dumps({"verdict": summary["verdict"], "ranking": summary["ranking"]}, indent=1))
 
 
+def gpu(args) -> None:
+    from ltsedge.proxycheck.run import CheckOptions, run_check
+
+    text = corpus(args.work, args.corpus_mb, args.corpus)
+    results = []
+    for seed in (0, 1):
+        options = CheckOptions(text=text, preset="default", models=args.models, depths=0, control_models=0,
+                               tokens_per_model=args.tokens_per_model or 16_000_000, max_params=args.max_params,
+                               batch=args.batch, sequence=args.sequence, lr=args.lr, device=args.device,
+                               parallel=args.parallel, seed=seed, out=args.work / f"gpu-sample-{seed}", quiet=True)
+        started = time.time()
+        summary = run_check(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        wall = time.time() - started
+        r = summary["ranking"].get("decoder_params") or {}
+        results.append({"seed": seed, "wall_s": round(wall), "models_per_hour": round(len(summary["models"]) * 3600 / wall, 1),
+                        "spearman": r.get("spearman"), "interval": [r.get("low"), r.get("high")],
+                        "verdict": summary["verdict"], "tokens_per_model": summary.get("tokens_per_model")})
+        print(json.dumps(results[-1]), flush=True)
+    a, b = (r["spearman"] for r in results)
+    gap = abs(a - b) if a is not None and b is not None else None
+    print(json.dumps({"target_10_min": all(r["wall_s"] <= 600 for r in results), "spearman_gap": gap,
+                      "target_gap_0.05": gap is not None and gap <= 0.05}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("throughput", "check"), default="throughput")
+    parser.add_argument("--part", choices=("throughput", "check", "gpu"), default="throughput")
     parser.add_argument("--work", type=Path, default=Path("proxy-check-bench"))
     parser.add_argument("--corpus", choices=("docs", "site-packages"), default="docs")
     parser.add_argument("--corpus-mb", type=int, default=64)
@@ -218,6 +249,8 @@ def main() -> None:
         cpu = DEFAULT_RECIPE["cpu"]
         args.batch, args.sequence, args.lr = args.batch or cpu["batch"], args.sequence or cpu["sequence"], args.lr or cpu["lr"]
         throughput(args)
+    elif args.part == "gpu":
+        gpu(args)
     else:
         check(args)
 
