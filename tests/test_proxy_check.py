@@ -218,9 +218,30 @@ def test_no_count_is_named_best_when_every_interval_is_wide():
         return report.summarize(models, {"space": {"backbone": "gpt2"}})
 
     noise = summary(6 + np.random.default_rng(2).random(6) * 0.1)
-    assert noise["best_proxy"] is None and "none has enough evidence" in "\n".join(report.lines(noise))
+    assert noise["best_proxy"] is None and "none ranks the held-out loss" in "\n".join(report.lines(noise))
     clear = summary(6 - 0.1 * np.arange(12))  # loss falls with every count: they rank it well
     assert clear["best_proxy"] in ("decoder_params", "total_params", "attention_params", "fitted")
+
+
+def test_a_ranking_that_ranks_poorly_is_never_named_best():
+    """A CPU hour's check on 35 MB of documentation (benchmarks/proxy_check.py): the counts had no evidence,
+    and the fit, nearly flat, anti-ranked the losses with its leave-one-out predictions (-0.83, a narrow
+    interval below zero). That ranks nothing, so nothing is named best."""
+    from ltsedge.proxycheck import report
+
+    measured = [("sample", 1, 132736, 5.728), ("sample", 1, 165632, 5.7595), ("sample", 1, 198528, 5.6515),
+                ("sample", 1, 264320, 5.3718), ("sample", 1, 322048, 5.7917), ("sample", 1, 395904, 5.3679),
+                ("sample", 2, 495488, 5.4126), ("sample", 1, 617728, 5.8053), ("sample", 2, 766912, 5.8449),
+                ("sample", 4, 957824, 5.4539), ("sample", 1, 1192576, 5.5556), ("sample", 6, 1485952, 5.7975),
+                ("depth", 1, 445248, 5.8271), ("depth", 2, 446144, 5.6087)]
+    models = [{"role": role, "id": f"m{i}", "n_layer": layers, "d_model": 128, "decoder_params": params,
+               "total_params": params + 1_000_000, "attention_params": params // 4, "held_out_loss": loss,
+               "checkpoints": [{"fraction": 1.0, "tokens": 2_000_384, "held_out_loss": loss}], "tokens": 2_000_384,
+               "seconds": 300.0} for i, (role, layers, params, loss) in enumerate(measured)]
+    summary = report.summarize(models, {"space": {"backbone": "gpt2"}})
+    assert summary["ranking"]["fitted"]["verdict"] == "ranks poorly" and summary["ranking"]["fitted"]["high"] < 0
+    assert summary["best_proxy"] is None
+    assert "none ranks the held-out loss with evidence" in "\n".join(report.lines(summary))
 
 
 def test_the_leave_one_out_error_is_that_of_refitting_without_each_model():

@@ -32,9 +32,11 @@ def summarize(models: list[dict], plan: dict) -> dict:
     fitted = _fitted(sample, depth, plan)
     if fitted is not None:
         rankings[FITTED] = fitted.pop("ranking")
-    # named only among rankings with evidence: with every interval wide, the highest point value is noise
+    # named only among rankings with evidence that they rank: with every interval wide, the highest point
+    # value is noise, and one that "ranks poorly" ranks nothing (a flat fit's leave-one-out predictions
+    # even anti-rank the losses, a narrow interval below zero)
     best = max((k for k, r in rankings.items() if r and r["spearman"] is not None
-                and r["verdict"] != stats.NO_EVIDENCE), key=lambda k: rankings[k]["spearman"], default=None)
+                and r["verdict"] in stats.RANKS), key=lambda k: rankings[k]["spearman"], default=None)
     main = rankings.get("decoder_params")
     return {
         "format": FORMAT, **plan,
@@ -165,7 +167,8 @@ def lines(summary: dict) -> list[str]:
     if summary["best_proxy"]:
         out.append(f"best ranking here: {summary['best_proxy'].replace('_', ' ')}")
     elif any(summary["ranking"].values()):
-        out.append("best ranking here: none has enough evidence (more models, or more tokens per model)")
+        out.append("best ranking here: none ranks the held-out loss with evidence (more models, or more tokens "
+                   "per model)")
     if summary["control"]:
         out.append("control (standard GPT-2 layers): " + headline(summary, "decoder_params", summary["control"]))
     marks = [c for c in summary["checkpoints"] if c["spearman"] is not None]

@@ -58,6 +58,9 @@ def ranking(counts, losses, seed: int = 0) -> dict | None:
             "verdict": verdict(value, low, high, len(x))}
 
 
+RANKS = ("ranks well", "ranks fairly")  # the verdicts of a count that ranks the loss
+
+
 def verdict(value: float, low: float, high: float, models: int) -> str:
     if models < MIN_VERDICT_MODELS or not all(map(math.isfinite, (value, low, high))) or high - low > WIDE:
         return NO_EVIDENCE
