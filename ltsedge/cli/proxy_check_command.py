@@ -25,7 +25,7 @@ def proxy_check(
                                                  "many as --models; 0: none)."),
     depths: int = typer.Option(4, "--depths", min=0, max=32, help="Depths of the equal-parameter set (0: none)."),
     tokens_per_model: Optional[int] = typer.Option(None, "--tokens-per-model", min=1, help="Training tokens per "
-                                                   "model (default: 20,000,000 on a GPU, 1,000,000 on a CPU)."),
+                                                   "model (default: 20,000,000 on a GPU, 2,000,000 on a CPU)."),
     max_params: Optional[int] = typer.Option(None, "--max-params", min=1, help="Largest decoder-parameter count "
                                              "sampled (a CPU trains a 100 M model for hours)."),
     batch: Optional[int] = typer.Option(None, "--batch", min=1, max=65536, help="Sequences per step (default: 64 "

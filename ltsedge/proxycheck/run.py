@@ -39,7 +39,7 @@ from ltsedge.space import SearchSpace
 
 PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG = "plan.json", "tokenizer.json", "tokens.bin", "tokens.json", "models.jsonl"
 OUTPUTS = (PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG, RESULT, PICTURE)
-DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 1_000_000}  # per model (docs/proxy-check.md: what a CPU hour affords)
+DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 2_000_000}  # per model (docs/proxy-check.md: what a CPU hour affords)
 # The recipe's batch, sequence and peak learning rate where not given. A GPU's is the pilot's
 # (docs/proxy-check.md). A CPU affords about a million tokens per model, so the steps, not the tokens,
 # decide how far a model gets: smaller batches of shorter sequences, the same rate (a higher one sped the
