@@ -7,6 +7,8 @@ values of one search compare with each other.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pymoo.core.callback import Callback
 
 from ltsedge.proxy import count_params
@@ -18,10 +20,9 @@ def highest_merit(space, merit) -> float:
     """The highest merit the space holds: that of its widest model at each depth (by decoder parameters, the
     deepest; a fitted proxy may rank a shallower one above it)."""
     best = 0.0
-    for depth in range(len(space.n_layer)):
-        genes = list(space.upper_bounds)
-        genes[0] = depth  # the n_layer gene
-        arch = space.decode(genes)
+    for depth in space.n_layer:
+        at_depth = dataclasses.replace(space, n_layer=(depth,))  # as proxycheck.sampling.depth_set narrows it
+        arch = at_depth.decode(at_depth.upper_bounds)
         best = max(best, merit(arch, count_params(arch).decoder_params))
     return best
 
