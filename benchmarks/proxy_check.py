@@ -10,9 +10,9 @@ The text (``--corpus``), cut at ``--corpus-mb`` and kept in ``--work`` for rerun
   sorted order (tens to hundreds of MB of code and English that every install has).
 
 Part ``throughput``: training tokens per second on this machine (the check's CPU recipe unless given:
-batch 8 x sequence 64, byte-level BPE of 8192 tokens) for GPT-2 models of 0.1 to 10 M decoder parameters, then the budget an hour
-affords: for N models log-spaced over a 10x range of sizes, the tokens per model that N trainings fit into
-``--hours`` -- computed from the measured rates, not measured.
+batch 8 x sequence 64, a vocabulary of 8192) for GPT-2 models of 0.1 to 10 M decoder parameters, then the
+budget an hour affords: for N models log-spaced over a 10x range of sizes, the tokens per model that N
+trainings fit into ``--hours`` -- computed from the measured rates, not measured.
 
 Part ``check``: ``ltsedge proxy-check`` itself on the corpus (its JSON and PNG in ``--work``): the ranking,
 the control, the depth set, the fitted proxy, the ranking at each checkpoint.
@@ -48,6 +48,10 @@ SIZES = ((2, 64, 256), (2, 128, 512), (4, 192, 768), (4, 256, 1024), (6, 384, 15
 VOCAB = 8192
 
 
+# HTML elements without an end tag: they open no depth
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
 class _TextOf(html.parser.HTMLParser):
     """The text of a Sphinx page's body (its ``role="main"`` element): no navigation, footer or scripts."""
 
@@ -70,9 +74,6 @@ class _TextOf(html.parser.HTMLParser):
     def handle_data(self, data):
         if self.depth and not self.skipping:
             self.parts.append(data)
-
-
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 def _docs_files() -> list[tuple[Path, str]]:
@@ -206,7 +207,8 @@ def gpu(args) -> None:
         summary = run_check(options, log=lambda m: print(m, file=sys.stderr, flush=True))
         wall = time.time() - started
         r = summary["ranking"].get("decoder_params") or {}
-        results.append({"seed": seed, "wall_s": round(wall), "models_per_hour": round(len(summary["models"]) * 3600 / wall, 1),
+        results.append({"seed": seed, "wall_s": round(wall),
+                        "models_per_hour": round(len(summary["models"]) * 3600 / wall, 1),
                         "spearman": r.get("spearman"), "interval": [r.get("low"), r.get("high")],
                         "verdict": summary["verdict"], "tokens_per_model": summary.get("tokens_per_model")})
         print(json.dumps(results[-1]), flush=True)
@@ -223,7 +225,8 @@ def main() -> None:
     parser.add_argument("--corpus", choices=("docs", "site-packages"), default="docs")
     parser.add_argument("--corpus-mb", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: every core)")
-    parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: the check's for the device)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="sequences per step (default: the check's for the device)")
     parser.add_argument("--sequence", type=int, default=None, help="tokens per sequence (default: the check's)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the check's)")
     parser.add_argument("--steps", type=int, default=6, help="throughput: training steps timed per size")
@@ -247,7 +250,9 @@ def main() -> None:
         from ltsedge.proxycheck.run import DEFAULT_RECIPE
 
         cpu = DEFAULT_RECIPE["cpu"]
-        args.batch, args.sequence, args.lr = args.batch or cpu["batch"], args.sequence or cpu["sequence"], args.lr or cpu["lr"]
+        args.batch = args.batch or cpu["batch"]
+        args.sequence = args.sequence or cpu["sequence"]
+        args.lr = args.lr or cpu["lr"]
         throughput(args)
     elif args.part == "gpu":
         gpu(args)
