@@ -17,6 +17,7 @@ from ltsedge.devices.fingerprint import fingerprint_hash
 from ltsedge.devices.profile import LATER_SETTINGS
 from ltsedge.errors import LtsedgeError
 from ltsedge.hashing import settings_hash
+from ltsedge.runners.loop import SESSION_LABEL, loop_label
 from ltsedge.runners.reference import BANDWIDTH_VERSION
 from ltsedge.runners.stats import PAIRS_METHOD
 from ltsedge.workloads import WORKLOADS
@@ -56,7 +57,13 @@ def figure_settings(profile, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     out = {k: settings.get(k, LATER_SETTINGS.get(k)) for k in FIGURE_SETTINGS}
     if variant != DEFAULT_VARIANT:
         out.update({k: getattr(profile, k) for k in GENERATE_FIGURE_SETTINGS})
+        out["loop"] = generate_loop(profile)
     return out
+
+
+def generate_loop(profile) -> str:
+    """What times a generation model under ``profile`` (``runners/loop.py``): genai's loop or a session."""
+    return loop_label(profile, "generate")
 
 
 def runtime_settings(profile) -> dict[str, Any]:
@@ -79,6 +86,9 @@ def measurement_settings(profile, shapes: dict | None = None, variant: str = DEF
         settings["memory"] = "gpu"  # the figure judged is the GPU's (Runner._memory_figures); it was the host's
     if variant != DEFAULT_VARIANT:
         settings["context"] = profile.context
+        loop = generate_loop(profile)
+        if loop != SESSION_LABEL:  # figures of genai's loop (its version named); a session's keep their keys
+            settings["loop"] = loop
         # Decode ratios are to the bandwidth reference since it was added (runners/reference.py): figures
         # timed beside the compute reference are of another unit, and never answer for these.
         # A profile that times decode alone says so in its settings (decode_reference = "none").

@@ -10,6 +10,7 @@ even when the machine was busy at one's start; that run's own calibration is rep
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from ltsedge.keys import (DEFAULT_VARIANT, figure_settings, file_key, measuremen
                           measurement_settings)
 from ltsedge.proxy import count_params
 from ltsedge.runners import runner_factory
+from ltsedge.runners.genai_loop import GENAI_REFUSED
+from ltsedge.runners.loop import SESSION_LABEL, bundle_config, bundle_model, config_sha256, genai_runs
 from ltsedge.runners.measurement import complete
 from ltsedge.runners.policy import pinned_calibration
 from ltsedge.store import MeasurementStore
@@ -42,9 +45,7 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     inputs (checked before anything is measured or stored). ``quantization``: how the precision is reached
     (``precision.QuantOptions``; None: the defaults), an architecture's too."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
-    path = Path(model)
-    if path.is_dir():
-        raise LtsedgeError(f"model {path} is a directory, not a model file")
+    path = bundle_model(model)  # a bundle's directory stands for the model its genai_config.json names
     if not path.is_file():
         raise LtsedgeError(f"model file not found: {path}")
     target_ort = target_ort or profile.target_ort
@@ -61,6 +62,9 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
             raise LtsedgeError(f"--precision is for an architecture (ARCH.json): {path} is measured as it is "
                                f"(quantize it before, or export the architecture with --precision)")
         arch, declared = _architecture_or_none(path)
+        in_genai = not shapes and genai_runs(profile) and bundle_config(path) is not None
+        if in_genai:  # a bundle (the builder's too) timed in genai's loop: its config is part of the figure
+            declared = "generate"
         if variant is not None and variant != declared:
             raise LtsedgeError(f"--variant {variant} is for an architecture (ARCH.json): {path} is measured as it "
                                f"was exported ({declared})")
@@ -68,7 +72,7 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
         check_shapes(path, shapes or {}, profile, str(path))
         info = inspect_model(path)
         sha256, precision = info.sha256, info.precision["precision"] if info.precision else None
-        key = file_key(sha256)
+        key = file_key(sha256 if not in_genai else _bundle_sha256(sha256, config_sha256(path)))
     with MeasurementStore(store_path) as store, runner_factory(scheduler, machine)(profile) as runner, \
             tempfile.TemporaryDirectory(prefix="ltsedge-") as scratch:
         fingerprint = runner.fingerprint()
@@ -90,9 +94,13 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
             if hasattr(runner, "use_pinned"):  # after the input is checked; a fleet's agents pin their own
                 runner.use_pinned(pinned_calibration(store, runner))
             measurement = runner.measure(onnx_path, shapes=shapes).to_dict()
+            if (measurement.get("error") or "").startswith(GENAI_REFUSED):  # bad input: the bundle, not the machine
+                raise LtsedgeError(f"{path}: {measurement['error']}")
             machine = _machine_state(runner)
             store.put(*store_key, measurement, fingerprint=fingerprint,
                       settings=measurement_settings(profile, shapes, variant))
+    if measurement.get("ok") and measurement.get("loop") is None:  # a record older than the loop's choice
+        measurement["loop"] = SESSION_LABEL
     counts = count_params(arch).to_dict() if arch else {}
     return {"model": str(path), "sha256": sha256, "variant": variant, "precision": precision,
             "settings": figure_settings(profile, variant), "device": profile.name,
@@ -119,6 +127,11 @@ def _machine_state(runner) -> dict:
     own, pinned = getattr(runner, "run_calibration", None), getattr(runner, "pinned", None)
     return {"run_calibration_ms": own.reference_ms if own else None,
             "machine_state": pinned.state(own) if own and pinned else None}
+
+
+def _bundle_sha256(model_sha256: str, config_sha256: str) -> str:
+    """A bundle's key in genai's loop: its model and the genai_config.json that says how genai runs it."""
+    return hashlib.sha256(f"{model_sha256}:{config_sha256}".encode()).hexdigest()
 
 
 def _architecture_or_none(path: Path) -> tuple[Architecture | None, str]:

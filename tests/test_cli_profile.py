@@ -151,9 +151,12 @@ def test_the_measuring_worker_never_imports_from_the_working_directory(tmp_path,
 
 
 @pytest.mark.slow
-def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tmp_path, arch_file):
+@pytest.mark.parametrize("loop", ["session", "genai"])
+def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tmp_path, arch_file, loop):
+    if loop == "genai":
+        pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
     device = tmp_path / "gen.toml"
-    device.write_text(GENERATE_DEVICE)
+    device.write_text(GENERATE_DEVICE.replace("[workload]", f'[workload]\ngenerate_loop = "{loop}"'))
     proc = run_ltsedge("profile", arch_file(), "--variant", "generate", "--device", device, "--json",
                        "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
@@ -163,9 +166,14 @@ def test_profile_of_the_generate_variant_reports_prefill_decode_and_the_cache(tm
     assert r["latency_ms"] == r["decode_latency_ms"]  # a generator's latency is its time per token
     # The cache at the profile's context: keys and values of both layers, 24 tokens x d_model 64, fp32.
     assert r["kv_cache_mb"] == pytest.approx(2 * 2 * 24 * 64 * 4 / 2**20)
-    # A decode step of this tiny model is far below the timer's useful resolution: steps are timed in
-    # batches inside the worker, not one round trip each.
-    assert r["workloads"]["decode"]["runs_per_sample"] > 1
+    if loop == "session":
+        # A decode step of this tiny model is far below the timer's useful resolution: steps are timed in
+        # batches inside the worker, not one round trip each.
+        assert r["workloads"]["decode"]["runs_per_sample"] > 1
+        assert r["loop"] == "onnxruntime session"
+    else:  # genai's loop: each step after an untimed rewind to the same past, timed alone
+        assert r["workloads"]["decode"]["runs_per_sample"] == 1
+        assert r["loop"].startswith("onnxruntime-genai ") and r["loop"].endswith(" Generator")
     assert r["peak_memory_mb"] > r["kv_cache_mb"]
 
 

@@ -89,6 +89,8 @@ def _print_profile(r: dict) -> None:
     # Which export was measured: profile ARCH.json times the forward pass unless --variant generate, where
     # search and predict default to a generate model's decode step.
     table.add_row("variant", f"{r.get('variant') or 'forward'}" + (f", {r['precision']}" if r.get("precision") else ""))
+    if r.get("loop"):
+        table.add_row("timed in", r["loop"])
     if not r["ok"]:
         table.add_row("error", str(r["error"]))
     else:

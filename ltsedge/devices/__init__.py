@@ -23,7 +23,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "runtime": ("execution_provider", "provider_options", "intra_op_threads", "inter_op_threads",
                 "graph_optimization", "execution_mode", "enable_cpu_mem_arena", "enable_mem_pattern",
                 "allow_spinning", "malloc_mmap_threshold_kb", "huge_pages"),
-    "workload": ("batch", "sequence", "context"),
+    "workload": ("batch", "sequence", "context", "generate_loop"),
     "repeats": ("warmup", "min_runs", "max_runs", "max_seconds", "tolerance", "drift_check_every",
                 "decode_reference", "workers"),
     "limits": ("timeout_s", "memory_limit_mb"),

@@ -36,6 +36,7 @@ MAX_WORKERS = 9
 # What a decode step is timed beside (runners/timing.py): the bandwidth reference, or nothing (its own
 # milliseconds through the pinned calibration). Which repeats better depends on the host: docs/measurement.md.
 DECODE_REFERENCES = ("bandwidth", "none")
+GENERATE_LOOPS = ("auto", "genai", "session")  # runners/loop.py
 MAX_MMAP_THRESHOLD_KB = 32 * 1024  # glibc's ceiling on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 
 
@@ -67,6 +68,10 @@ class DeviceProfile:
     batch: int = 1
     sequence: int = 192
     context: int = 192  # decode: tokens already in the cache when one more is generated
+    # What times a generation bundle (runners/loop.py): "auto" (onnxruntime-genai's Generator, the loop apps run
+    # bundles in, wherever it is installed; else a plain session), "genai" (required) or "session" (a plain
+    # onnxruntime session fed a past, for bundles aimed at other runtimes). Forward models: always a session.
+    generate_loop: str = "auto"
     # [repeats]
     warmup: int = 2
     min_runs: int = 5
@@ -206,6 +211,8 @@ def _check_ranges(p: DeviceProfile) -> None:
         raise bad("graph_optimization", f"one of {', '.join(GRAPH_OPTIMIZATIONS)}")
     if p.execution_mode not in EXECUTION_MODES:
         raise bad("execution_mode", f"one of {', '.join(EXECUTION_MODES)}")
+    if p.generate_loop not in GENERATE_LOOPS:
+        raise bad("generate_loop", f"one of {', '.join(GENERATE_LOOPS)}")
     if p.decode_reference not in DECODE_REFERENCES:
         raise bad("decode_reference", f"one of {', '.join(DECODE_REFERENCES)}")
     for key, low in (("intra_op_threads", 0), ("inter_op_threads", 0), ("batch", 1), ("sequence", 1), ("context", 0),

@@ -55,6 +55,9 @@ class Measurement:
     prefill_latency_ms: float | None = None
     decode_latency_ms: float | None = None
     kv_cache_mb: float | None = None
+    # What ran the model: "onnxruntime-genai <version> Generator" (a generation bundle in the loop apps run it
+    # in, runners/genai_loop.py) or "onnxruntime session"; None in records older than the choice.
+    loop: str | None = None
     workloads: dict | None = None  # per workload: median, p90, min, cv, runs, converged, reference (+ its scale)
     # Memory (MB = 2**20 bytes): the figure budgets, searches and reports judge is peak_memory_mb, of
     # the memory that bounds the device: on a CPU the peak RSS while loading and running, over the

@@ -29,6 +29,8 @@ from ltsedge.devices.sensors import Sensors
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import policy
 from ltsedge.runners.calibration import RunnerCalibration
+from ltsedge.runners.genai_files import genai_dir, kv_cache_mb
+from ltsedge.runners.loop import SESSION_LABEL, genai_runs, loop_label
 from ltsedge.runners.measurement import PRIMARY_FIELDS, Measurement, calibrated
 from ltsedge.runners.policy import Calibration, PinnedCalibration
 from ltsedge.runners.pooling import pooled
@@ -73,6 +75,7 @@ class Runner(RunnerCalibration):
         self._reference_paths: dict[str, Path] = {}
         self._count = 0
         self._said_no_huge_pages = False
+        self.genai_loop = genai_runs(self.profile)  # generation bundles timed in onnxruntime-genai's loop
         self._init_calibration(calibration, pinned)
 
     # -- public API ------------------------------------------------------------------------------
@@ -187,7 +190,9 @@ class Runner(RunnerCalibration):
         self.calibrate()
         worker = self._ensure_worker()
         first_model = worker.served == 0
+        genai = genai_dir(path, self._tmp.path) if not shapes and self.genai_loop else None
         request = {"cmd": "measure", "path": str(path), "run": RunSettings.from_profile(self.profile),
+                   "genai_dir": str(genai) if genai else None,
                    "shapes": shapes, "reference_path": str(self._reference()),
                    "bandwidth_path": str(self._reference("bandwidth")), "bandwidth_scale": self.bandwidth_scale(),
                    "calibration_ms": self.calibration.reference_ms, "race": race}
@@ -200,6 +205,9 @@ class Runner(RunnerCalibration):
         else:
             worker.served += 1
         measurement = self._to_measurement(reply)
+        measurement.loop = loop_label(self.profile, "generate") if genai else SESSION_LABEL
+        if genai and measurement.ok:
+            measurement.kv_cache_mb = kv_cache_mb(path, self.profile)
         if measurement.ok:  # the first model of a worker: nothing before it could lower or raise its peak
             method = reply.get("memory_method", "reset_peak")
             measurement.memory_method = "fresh_process" if first_model and method == "reset_peak" else method

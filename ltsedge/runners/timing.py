@@ -73,7 +73,8 @@ def timed_sample(run_once: Callable[[], object], runs: int, clock=time.perf_coun
 
 def time_paired(model_once: Callable[[], object], reference_once: Callable[[], object] | None, reference_run_ms: float,
                 settings, *, first_estimate: int | None = None, stop_early: Callable[[Timed], bool] | None = None,
-                reference_scale: float = 1.0, clock=time.perf_counter) -> Timed:
+                reference_scale: float = 1.0, clock=time.perf_counter,
+                before_sample: Callable[[], object] | None = None) -> Timed:
     """Warm-up, then paired samples until the median ratio is known within tolerance, the budget is
     spent, or (racing) ``stop_early`` says the first ``first_estimate`` samples settle it.
 
@@ -81,25 +82,34 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
     ``reference_scale``: every reference sample is recorded times it (a workload timed beside the
     bandwidth reference: its samples in the compute reference's milliseconds, see ``reference.py``).
     With no ``reference_once`` the model is timed alone and every "reference sample" is
-    ``reference_scale`` itself (the pinned calibration's ms): its ratios are its own ms in that unit."""
+    ``reference_scale`` itself (the pinned calibration's ms): its ratios are its own ms in that unit.
+    ``before_sample``: called, untimed, before every warm-up run and every sample of the model, which is
+    then one run (a generator loop's decode step is timed after rewinding to the same past each time: the
+    rewind is no part of a step an app takes)."""
+    if before_sample is not None:
+        model_once = _after(before_sample, model_once, clock)
     for _ in range(settings.warmup):
         model_once()
-    per_sample, per_run_ms = runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
+    per_sample, per_run_ms = (1, model_once()) if before_sample is not None else \
+        runs_filling(model_once, MIN_SAMPLE_MS, clock)  # also one more warm-up
     sample_ms = per_sample * per_run_ms
     reference_runs = max(1, min(MAX_PER_SAMPLE * 10, round(sample_ms / max(reference_run_ms, 1e-6))))
     timed = Timed(runs_per_sample=per_sample)
+    # A run after its untimed preparation times itself (``_after``): its own ms are the sample.
+    sample = (lambda once, runs: once()) if before_sample is not None else \
+        (lambda once, runs: timed_sample(once, runs, clock))
     start = clock()
     while True:
         if reference_once is None:
-            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+            timed.model_ms.append(sample(model_once, per_sample))
             timed.reference_ms.append(reference_scale)
         # Alternate which goes first, so that neither always follows the other's cache state.
         elif len(timed.model_ms) % 2 == 0:
-            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+            timed.model_ms.append(sample(model_once, per_sample))
             timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock) * reference_scale)
         else:
             timed.reference_ms.append(timed_sample(reference_once, reference_runs, clock) * reference_scale)
-            timed.model_ms.append(timed_sample(model_once, per_sample, clock))
+            timed.model_ms.append(sample(model_once, per_sample))
         n = len(timed.model_ms)
         if stop_early is not None and n == first_estimate and stop_early(timed):
             timed.stopped_early = True
@@ -109,6 +119,17 @@ def time_paired(model_once: Callable[[], object], reference_once: Callable[[], o
             return timed
         if n >= settings.max_runs or clock() - start >= settings.max_seconds:
             return timed
+
+
+def _after(prepare: Callable[[], object], run_once: Callable[[], object], clock) -> Callable[[], float]:
+    """``run_once`` after an untimed ``prepare``; returns the run's own milliseconds."""
+    def once() -> float:
+        prepare()
+        t0 = clock()
+        run_once()
+        return (clock() - t0) * 1000
+
+    return once
 
 
 def calibrate(reference_once: Callable[[], object], seconds: float, samples: int = 30,

@@ -44,6 +44,7 @@ from typing import Any
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners import timing
+from ltsedge.runners.genai_loop import GENAI_REFUSED, GenaiBundle
 from ltsedge.runners.inputs import (
     make_inputs,
     past_inputs,
@@ -61,7 +62,7 @@ from ltsedge.runners.memory import (
 from ltsedge.runners.protocol import RunSettings, read_message, write_message
 from ltsedge.runners.racing import Race
 from ltsedge.runners.session import configure_malloc, create_session, failure_kind, first_line, make_run_once
-from ltsedge.workloads import WORKLOADS
+from ltsedge.workloads import WORKLOADS, timed_on
 
 MB = 2**20
 TEST_FAULTS_ENV = "LTSEDGE_WORKER_TEST_FAULTS"  # tests only: lets a model's metadata crash the worker
@@ -141,33 +142,43 @@ def measure(request: dict, peak_resettable: bool) -> dict:
     gpu_before = gpu_memory_bytes(device_id) if settings.execution_provider == "CUDAExecutionProvider" else None
     reply: dict[str, Any] = {"ok": False, "baseline_rss_mb": baseline / MB,
                              "memory_method": "reset_peak" if peak_resettable else "no_reset", "malloc": malloc}
-    session = feeds = run_once = None
+    session = feeds = run_once = genai = None
     try:
+        genai = request.get("genai_dir")  # a generation bundle timed in onnxruntime-genai's loop (genai_loop.py)
         t0 = time.perf_counter()
         try:
-            session = create_session(request["path"], settings)
+            session = GenaiBundle(genai, settings) if genai else create_session(request["path"], settings)
         except Exception as e:  # noqa: BLE001 - any load error is reported; failure_kind says whose it is
-            reply["error"] = f"failed to load: {first_line(e)}"
+            reply["error"] = (f"{GENAI_REFUSED}: {first_line(e)}" if genai
+                              else f"failed to load: {first_line(e)}")
             reply["failure_kind"] = failure_kind(e, reply["error"])
             return reply
         reply["load_seconds"] = time.perf_counter() - t0
-        _test_fault(session)
+        if not genai:
+            _test_fault(session)
         timed: dict[str, dict] = {}
         t1 = time.perf_counter()
         race: Race | None = request.get("race")
-        for workload in _ordered(workloads_of(session), race):
+        for workload in _ordered(timed_on("generate") if genai else workloads_of(session), race):
+            prepare = None
             try:
-                feeds = make_inputs(session, settings, request.get("shapes"), workload=workload)
+                if genai:  # the generator's own loop: it fills the past of a decode step itself
+                    session.check_lengths(workload)
+                else:
+                    feeds = make_inputs(session, settings, request.get("shapes"), workload=workload)
             except LtsedgeError as e:
                 reply["error"] = f"cannot make inputs: {e}"
                 reply["failure_kind"] = "model"
                 return reply
-            if workload == "decode":  # the cache an app holds while generating, at the profile's context
+            if workload == "decode" and not genai:  # the cache an app holds while generating, at the profile's context
                 reply["kv_cache_mb"] = sum(feeds[name].nbytes for name in past_inputs(session)) / MB
             raced = race is not None and race.workload == workload
             coarse = race is not None and not raced and race.coarse_others
             try:
-                run_once = make_run_once(session, feeds, settings)
+                if genai:
+                    run_once, prepare = session.decode() if workload == "decode" else (session.prefill(), None)
+                else:
+                    run_once = make_run_once(session, feeds, settings)
                 policy = race.secondary(settings) if coarse else settings
                 kind = WORKLOADS[workload].reference if workload in WORKLOADS else "compute"
                 if kind == "bandwidth" and settings.decode_reference == "none" and request.get("calibration_ms"):
@@ -175,14 +186,15 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                 else:
                     kind = kind if kind in refs else "compute"  # a parent that sends no bandwidth reference
                     scale = request.get("bandwidth_scale", 1.0) if kind == "bandwidth" else 1.0
-                result = _time(run_once, refs.get(kind), scale, policy, race if raced else None, baseline)
+                result = _time(run_once, refs.get(kind), scale, policy, race if raced else None, baseline, prepare)
                 result.coarse, result.reference = coarse, kind
             except Exception as e:  # noqa: BLE001
-                reply["error"] = f"failed to run ({workload}): {first_line(e)}"
+                reply["error"] = (f"{GENAI_REFUSED} ({workload}): {first_line(e)}" if genai
+                                  else f"failed to run ({workload}): {first_line(e)}")
                 reply["failure_kind"] = failure_kind(e, reply["error"])
                 return reply
             timed[workload] = result.to_dict()
-            run_once = feeds = None
+            run_once = feeds = prepare = None
             if result.stopped_early:  # raced out on the objective: the other workloads cannot save it
                 break
         reply["inference_seconds"] = time.perf_counter() - t1
@@ -193,6 +205,8 @@ def measure(request: dict, peak_resettable: bool) -> dict:
                      device_peak_memory_mb=max(0.0, (gpu_after - gpu_before) / MB) if gpu_after is not None else None)
         return reply
     finally:
+        if genai and session is not None:
+            session.close()  # genai's generator and model, before the heap is trimmed
         del session, feeds, run_once
         release_memory()
         reply["rss_after_mb"] = rss_bytes() / MB
@@ -204,7 +218,7 @@ def _ordered(workloads: tuple[str, ...], race: Race | None) -> list[str]:
 
 
 def _time(run_once, ref: Reference | None, scale: float, settings: RunSettings, race: Race | None,
-          baseline: int) -> timing.Timed:
+          baseline: int, prepare=None) -> timing.Timed:
     def settled(timed: timing.Timed) -> bool:
         peak = peak_rss_bytes()
         memory_mb = max(0.0, (peak - baseline) / MB) if peak is not None else None
@@ -212,7 +226,7 @@ def _time(run_once, ref: Reference | None, scale: float, settings: RunSettings, 
 
     return timing.time_paired(run_once, ref.run_once if ref else None, ref.run_ms if ref else 0.0, settings,
                               reference_scale=scale, first_estimate=race.first_estimate if race else None,
-                              stop_early=settled if race else None)
+                              stop_early=settled if race else None, before_sample=prepare)
 
 
 def _test_fault(session) -> None:

@@ -1,0 +1,70 @@
+"""What genai needs to time a model in its loop beside a bundle's files: a config for a bare candidate, and the
+cache an app holds at the profile's context. Reads ltsedge's metadata (``ltsedge.exporters``), so it sits apart
+from ``loop.py``, which the store keys import."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ltsedge.errors import LtsedgeError
+from ltsedge.runners.genai_loop import CONFIG_FILE
+from ltsedge.runners.loop import bundle_config
+
+
+def genai_dir(path: Path, scratch: Path) -> Path | None:
+    """A directory genai loads ``path`` from: its own bundle's, or, for an ltsedge generation model alone (a
+    search's candidate), one made in ``scratch`` with the genai_config.json its bundle would hold beside a
+    link to it. None: genai cannot run it (a forward model, a foreign file without a config)."""
+    if bundle_config(path) is not None:
+        return path.parent
+    from ltsedge.exporters import architecture_in, read_metadata
+
+    try:
+        meta = read_metadata(path)
+    except LtsedgeError:
+        return None
+    if meta.get("variant") != "generate" or "io_spec" not in meta:
+        return None
+    from ltsedge.backbones import get_backbone
+    from ltsedge.exporters.genai import genai_config
+    from ltsedge.iospec import ExportSpec
+
+    arch = architecture_in(meta, path)
+    if arch is None or not get_backbone(arch.backbone).genai_compatible:
+        return None
+    folder = scratch / f"genai-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / path.name
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(path, link)
+    for data in path.parent.glob(f"{path.name}.data"):  # external data, where the model names it beside itself
+        target = folder / data.name
+        if not target.exists():
+            os.symlink(data, target)
+    document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name)
+    (folder / CONFIG_FILE).write_text(json.dumps(document, indent=2))
+    return folder
+
+
+def kv_cache_mb(path: Path, profile) -> float | None:
+    """The cache an app holds at the profile's context, from the past inputs an ltsedge model declares."""
+    from ltsedge.exporters import read_metadata
+    from ltsedge.iospec import ExportSpec, axis_sizes, shape_of
+
+    try:
+        text = read_metadata(path).get("io_spec")
+    except LtsedgeError:
+        return None
+    if not text:
+        return None
+    spec = ExportSpec.from_json(text)
+    sizes = axis_sizes(spec, {"batch": profile.batch, "sequence": 1, "past_sequence": profile.context})
+    import numpy as np
+
+    total = sum(int(np.prod(shape_of(t, sizes))) * np.dtype(t.dtype).itemsize for t in spec.input("past"))
+    return total / 2**20
+
