@@ -52,7 +52,7 @@ CPU = ["CPUExecutionProvider"]
 TOL = 1e-3
 VARIANTS = ("forward", "generate")
 OLDEST_TARGET = "1.14"  # opset 18: GELU as its erf formula, where the default target's 21 has the Gelu operator
-FORM_TARGETS = {"contrib": "1.22"}  # the oldest onnxruntime each graph form runs in (exporters.options)
+FORM_TARGETS = {"contrib": "1.22", "plain": "1.20"}  # the oldest onnxruntime each form runs in (exporters.options)
 
 
 def contract_backbones():
@@ -96,9 +96,11 @@ def fast_kind(backbone, form: str | None = None) -> str:
 
 
 def extra_forms(backbone) -> list[str]:
-    """The graph forms a backbone has besides the one its default export is in."""
+    """The graph forms a backbone has besides the one its default export is in (the forward variant's), and
+    that one too where a generation bundle's default is another (Llama's bundles: contrib)."""
     default = ExportOptions().graph_form_of(backbone)
-    return [form for form in backbone.graph_forms if form != default]
+    generate_default = backbone.generate_graph_form or default
+    return [form for form in backbone.graph_forms if form != default or generate_default != default]
 
 
 def cases(*, variants: bool = False, all_fast: bool = False):
@@ -392,11 +394,11 @@ PINS = {
     ("opt", "no_attention", "forward"): "4d09c3006fb86eb3c6a1e34a52b93d12eb2d15b4b90622c374a112d42f661782",
     ("opt", "no_attention", "generate"): "f48bc184c805f23c2388819eb2c5a56b6696fba3467dd62b079173d9fdc396d6",
     ("llama", "plain", "forward"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",
-    ("llama", "plain", "generate"): "5a1212091163c89098eb88b49c5c59101e034ec1d1659d1f48b282653273ebab",
+    ("llama", "plain", "generate"): "fb01f2933f5d062d75586e6b531f20299d495a37504cdcc58f491ac68a9d7044",  # its bundles default to the contrib form
     ("llama", "grouped", "forward"): "043e6c9fd750a631e7d152dbb8231f87ac4566b754b1a1b0dee99f81c45c4c3e",
-    ("llama", "grouped", "generate"): "932936f6740e469d526a00c27aae9766f6fdfce3e4bd9c2955cd6f05c4777eb7",
+    ("llama", "grouped", "generate"): "681985b3d44237b7ea3cb5b8148a713da1ce9c84b0b46a96cac81c4f7eaeba06",  # its bundles default to the contrib form
     ("llama", "fused_grouped", "forward"): "ff406c79448fc5c553477a937c285e9092db703cd752dd7ad13f105c529f3cbb",
-    ("llama", "fused_grouped", "generate"): "34f95b8c5f3dbb596e68709a1d9f4611a89e6e9ab83af2637d3fc028bb29e445",
+    ("llama", "fused_grouped", "generate"): "58dca29bb11138715ec6628a5ac7f69d922810a1a90fbca49559e7c328ec7553",  # its bundles default to the contrib form
     # the contrib form, exported for onnxruntime 1.22 (FORM_TARGETS)
     ("llama", "plain", "forward", "contrib"): "530037a4f8bf88a031b15e1a4a3f7814af0b585d89f59f7d8c9952c75ca2fcfa",
     ("llama", "plain", "generate", "contrib"): "fb01f2933f5d062d75586e6b531f20299d495a37504cdcc58f491ac68a9d7044",
@@ -404,6 +406,14 @@ PINS = {
     ("llama", "grouped", "generate", "contrib"): "681985b3d44237b7ea3cb5b8148a713da1ce9c84b0b46a96cac81c4f7eaeba06",
     ("llama", "fused_grouped", "forward", "contrib"): "0c387b306c65f042a42001c8c244bb502f9fa0a4635d7feed6aa959bd0bf9c61",
     ("llama", "fused_grouped", "generate", "contrib"): "58dca29bb11138715ec6628a5ac7f69d922810a1a90fbca49559e7c328ec7553",
+    # the plain form named, for onnxruntime 1.20 (FORM_TARGETS): the forward default's bytes, and the bundles'
+    # of before the contrib form became theirs
+    ("llama", "plain", "forward", "plain"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",
+    ("llama", "plain", "generate", "plain"): "5a1212091163c89098eb88b49c5c59101e034ec1d1659d1f48b282653273ebab",
+    ("llama", "grouped", "forward", "plain"): "043e6c9fd750a631e7d152dbb8231f87ac4566b754b1a1b0dee99f81c45c4c3e",
+    ("llama", "grouped", "generate", "plain"): "932936f6740e469d526a00c27aae9766f6fdfce3e4bd9c2955cd6f05c4777eb7",
+    ("llama", "fused_grouped", "forward", "plain"): "ff406c79448fc5c553477a937c285e9092db703cd752dd7ad13f105c529f3cbb",
+    ("llama", "fused_grouped", "generate", "plain"): "34f95b8c5f3dbb596e68709a1d9f4611a89e6e9ab83af2637d3fc028bb29e445",
     ("toy", "plain", "forward"): "7521394f4af9e8dec01e34627945a3a814e2a09ef7a7497e1b86ea6c2d718fc2",
 }
 

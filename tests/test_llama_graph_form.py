@@ -8,6 +8,7 @@ and its refusals.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -58,7 +59,7 @@ def test_the_plain_form_projects_q_k_and_v_at_once_and_adds_one_mask_to_every_la
     """One packed product for q, k and v (at int4 the activations are quantized once, not thrice) and the mask
     made once and added, not a Where per layer: a 512-token SmolLM2-135M prefill at int4 took 482 ms, now 427
     (genai's builder: 404), and a decode step 15.2 ms, now 13.9, on the 2-core VM."""
-    counts = ops(export_model(TIED, ExportOptions(variant="generate", precision="int4")))
+    counts = ops(export_model(TIED, ExportOptions(variant="generate", target_ort="1.20", precision="int4")))
     assert counts["MatMulNBits"] == 5 * TIED.n_layer + 1  # qkv, o, gate, up, down; the output layer
     assert counts["Split"] == 3 * TIED.n_layer  # q, k and v; the halves of q and of k to rotate
     assert counts["Where"] == 1 and counts["Softmax"] == TIED.n_layer
@@ -108,7 +109,7 @@ def test_int4_computes_the_reference_of_its_dequantized_weights_with_the_embeddi
     model = larger_than_init(get_backbone("llama").build_model(arch), seed=3)
     quantization = QuantOptions(accuracy_level=1)
     options = contrib(precision="int4", quantization=quantization) if form == "contrib" else \
-        ExportOptions(variant="generate", precision="int4", quantization=quantization)  # target 1.20
+        ExportOptions(variant="generate", target_ort="1.20", precision="int4", quantization=quantization)
     exported = export_model(arch, options, weights=model.state_dict())
     names = {name for name, _ in exported.weights}
     fused_lookups = ops(exported)["GatherBlockQuantized"]
@@ -153,9 +154,29 @@ def test_the_form_follows_the_target_and_is_named_in_the_store_key_unless_plain(
     keys = {form: ExportOptions(variant="generate", target_ort="1.22", graph_form=form).model_key(TIED)
             for form in ("plain", "contrib")}
     assert ":form=contrib:" in keys["contrib"] and "form=" not in keys["plain"]
-    assert ExportOptions(variant="generate", target_ort="1.22").model_key(TIED) == keys[default_form]
+    # A generation bundle's own default, the fastest in onnxruntime-genai's loop, where the target runs it ...
+    assert ExportOptions(variant="generate", target_ort="1.22").model_key(TIED) == keys[backbone.generate_graph_form]
+    # ... and without a target, the oldest onnxruntime that runs it; a target too old for it keeps plain ops.
+    assert ExportOptions(variant="generate").model_key(TIED) == keys["contrib"]
+    assert ExportOptions(variant="generate").resolved(backbone).target_ort == "1.22"
+    assert "form=" not in ExportOptions(variant="generate", target_ort="1.20").model_key(TIED)
+    assert "form=" not in ExportOptions(variant="forward").model_key(TIED)  # forward keeps its default, plain
     gpt2 = Architecture(n_layer=1, d_model=32, n_head=(2,), d_inner=(64,), vocab_size=50, n_positions=16)
     assert "form=" not in ExportOptions(target_ort="1.22").model_key(gpt2)  # one form: plain
+    assert ExportOptions(variant="generate").resolved(get_backbone("gpt2")).target_ort is None
+
+
+def test_a_bundles_default_form_shares_past_and_present_in_genai_and_the_plain_one_does_not(tmp_path):
+    from ltsedge.exporters.bundle import write_bundle
+
+    for options, shared in ((ExportOptions(variant="generate"), True),
+                            (ExportOptions(variant="generate", target_ort="1.20"), False)):
+        exported = export_model(TIED, options)
+        assert (ops(exported)["GroupQueryAttention"] > 0) == shared
+        folder = tmp_path / str(shared)
+        write_bundle(exported, folder)
+        config = json.loads((folder / "genai_config.json").read_text())
+        assert config["search"]["past_present_share_buffer"] is shared
 
 
 def test_contrib_is_refused_for_a_target_without_its_operators_and_for_a_backbone_without_the_form():

@@ -65,6 +65,10 @@ class Backbone:
     # ``form``), "contrib" (onnxruntime's fused com.microsoft operators, for targets that run them). A target
     # too old for the default form gets the next.
     graph_forms: tuple[str, ...] = ("plain",)
+    # The form of its generation bundles where the target runs it (None: its default form): the fastest in
+    # onnxruntime-genai's generator loop, by measurement. Without --target-ort, its bundles target the
+    # oldest onnxruntime that runs it (``ExportOptions.resolved``).
+    generate_graph_form: str | None = None
     # int4: a tied token embedding read from the output layer's 4-bit blocks instead of stored in fp32 beside
     # them (``exporters.quantize.tied_embedding_from_blocks``); a backbone turns it on with its graph_version.
     int4_embedding_from_blocks: bool = False

@@ -41,7 +41,8 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     """The reference PyTorch model as an ONNX model (nothing written yet), exported as ``options`` say
     (``exporters.options.ExportOptions``; None: the defaults, the forward variant in fp32): stamped with
     the opset and IR version ``options.target_ort`` loads (default: the oldest onnxruntime ltsedge
-    supports, ``ortcompat.OLDEST_ORT``); a precision other than fp32 quantized with onnxruntime's tools
+    supports, ``ortcompat.OLDEST_ORT``, or for a generation bundle of a backbone whose fastest form in
+    onnxruntime-genai needs a newer one, that one: ``ExportOptions.resolved``); a precision other than fp32 quantized with onnxruntime's tools
     (``exporters.quantize``, with ``options.quantization``); a KV-cache generate variant's cache laid out
     as ``options.cache_layout`` says (``backbones.kv_cache``; nothing to lay out elsewhere). The model
     keeps ``options``: its files are written as its ``external_data`` says.
@@ -60,6 +61,7 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     variant, precision = options.variant, options.precision
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
+    options = options.resolved(backbone)
     layout = cache_layout_option(backbone, variant, options.cache_layout)
     target = options.target
     check_precision(precision, target.runtime, execution_provider)

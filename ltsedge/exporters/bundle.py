@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ltsedge.backbones import get_backbone
 from ltsedge.errors import LtsedgeError
-from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config, special_token_ids
+from ltsedge.exporters.genai import genai_config, hf_config, hf_generation_config, shares_buffer, special_token_ids
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import precision_fields
 from ltsedge.precision import check_precision
@@ -59,7 +59,8 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
                  "generation_config.json": hf_generation_config(arch, tokenizer_data)}
     documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
     if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
-        documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data), **documents}
+        documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data,
+                                                       share_buffer=shares_buffer(exported.proto)), **documents}
     model_files = [MODEL_FILE, f"{MODEL_FILE}.data"] if external else [MODEL_FILE]
     names = [*model_files, *documents, *tokenizer_files]
     outdir = None

@@ -53,7 +53,14 @@ def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
     return {"bos_token_id": eos if bos is None else bos, "eos_token_id": eos, "pad_token_id": eos if pad is None else pad}
 
 
-def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> dict:
+def shares_buffer(proto) -> bool:
+    """Whether genai may run ``proto`` with one past/present buffer: its attention is GroupQueryAttention, which
+    reads the past's length from its inputs and writes the new keys and values in place (the plain form
+    concatenates, and its present must be a new tensor of the total length)."""
+    return any(node.op_type == "GroupQueryAttention" for node in proto.graph.node)
+
+
+def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None, share_buffer: bool = False) -> dict:
     tokens = special_token_ids(arch, tokenizer)
     context = arch.n_positions
     # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
@@ -94,8 +101,10 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None) -> 
             "max_length": context, "min_length": 0, "do_sample": False, "num_beams": 1, "num_return_sequences": 1,
             "top_k": 1, "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "length_penalty": 1.0,
             "no_repeat_ngram_size": 0, "diversity_penalty": 0.0, "early_stopping": True,
-            # Off: a shared buffer is allocated from the config's single head count, which per-layer heads break.
-            "past_present_share_buffer": False,
+            # On for GroupQueryAttention (``shares_buffer``): a step copies no cache (genai 0.18 allocates each
+            # layer's buffer from the shapes the graph declares, so per-layer key/value heads keep theirs).
+            # Off for the plain form: its present is a new tensor of the total length every step.
+            "past_present_share_buffer": share_buffer,
         },
     }
 

@@ -12,6 +12,7 @@ Light: nothing here imports torch (onnx only to clamp the target's opset to what
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ GRAPH_FORMS = (PLAIN_FORM, CONTRIB_FORM)
 # its attention_bias (which masks padding: without it a left-padded prompt attends to its padding) and
 # GatherBlockQuantized of uint8 blocks (the int4 tied embedding; 1.20's took int4 tensors only) from 1.22.
 CONTRIB_MIN_ORT = (1, 22)
+CONTRIB_MIN_TARGET = f"{CONTRIB_MIN_ORT[0]}.{CONTRIB_MIN_ORT[1]}"
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ class ExportOptions:
 
         backbone = get_backbone(arch.backbone)
         backbone.check_variant(self.variant)
+        resolved = self.resolved(backbone)
+        if resolved is not self:
+            return resolved.model_key(arch)
         target = self.target
         settings: dict[str, Any] = {"graph": backbone.graph_version, "opset": target.opset,
                                     "ir": target.ir_version, "weights": WEIGHTS_SCHEME}
@@ -122,13 +127,30 @@ class ExportOptions:
 
     def graph_form_of(self, backbone) -> str:
         """The form ``backbone``'s graph is exported in: ``graph_form`` when given (one the backbone has), else
-        the first of its forms (its default, by measurement) that the target runtime runs."""
+        the first of its forms (its default, by measurement; a generation bundle's own default first, the
+        fastest in onnxruntime-genai's loop) that the target runtime runs."""
         if self.graph_form is not None:
             if self.graph_form not in backbone.graph_forms:
                 raise LtsedgeError(f"backbone {backbone.name} has no graph form {self.graph_form!r} "
                                    f"(forms: {', '.join(backbone.graph_forms)})")
             return self.graph_form
-        return next(f for f in (*backbone.graph_forms, PLAIN_FORM) if runs_form(f, self.target.runtime))
+        forms = (*self._preferred(backbone), *backbone.graph_forms, PLAIN_FORM)
+        return next(f for f in forms if runs_form(f, self.target.runtime))
+
+    def resolved(self, backbone) -> ExportOptions:
+        """These options for ``backbone``: without a target, a generation bundle whose preferred form needs a
+        newer onnxruntime than the oldest (Llama's GroupQueryAttention with a shared buffer, the fastest in
+        genai's loop) targets the oldest that runs it. Given a target, it decides as before (``graph_form_of``).
+        Exports and store keys are both made from the resolved options."""
+        preferred = self._preferred(backbone)
+        if self.target_ort is not None or self.graph_form is not None or not preferred \
+                or runs_form(preferred[0], self.target.runtime):
+            return self
+        return dataclasses.replace(self, target_ort=CONTRIB_MIN_TARGET, graph_form=preferred[0])
+
+    def _preferred(self, backbone) -> tuple[str, ...]:
+        form = backbone.generate_graph_form if self.variant == "generate" else None
+        return (form,) if form else ()
 
 
 def runs_form(form: str, runtime: str) -> bool:

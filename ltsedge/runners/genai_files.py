@@ -22,14 +22,17 @@ def genai_dir(path: Path, scratch: Path) -> Path | None:
         return path.parent
     from ltsedge.exporters import architecture_in, read_metadata
 
+    import onnx
+
     try:
-        meta = read_metadata(path)
-    except LtsedgeError:
+        graph = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model onnx reads: the worker's session says why it does not load
         return None
+    meta = read_metadata(graph)
     if meta.get("variant") != "generate" or "io_spec" not in meta:
         return None
     from ltsedge.backbones import get_backbone
-    from ltsedge.exporters.genai import genai_config
+    from ltsedge.exporters.genai import genai_config, shares_buffer
     from ltsedge.iospec import ExportSpec
 
     arch = architecture_in(meta, path)
@@ -45,7 +48,7 @@ def genai_dir(path: Path, scratch: Path) -> Path | None:
         target = folder / data.name
         if not target.exists():
             os.symlink(data, target)
-    document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name)
+    document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name, share_buffer=shares_buffer(graph))
     (folder / CONFIG_FILE).write_text(json.dumps(document, indent=2))
     return folder
 

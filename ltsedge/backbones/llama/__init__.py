@@ -32,6 +32,10 @@ class LlamaBackbone(PackageBackbone):
     graph_version = 3
     # standard operators (graph.py; faster on a CPU: benchmarks/llama_graph_form.py), or onnxruntime's fused ones
     graph_forms = ("plain", "contrib")
+    # Its bundles: GroupQueryAttention reading and writing one past/present buffer in onnxruntime-genai's loop
+    # (no cache copied per step): after 2000 tokens a step took 23-29 ms there, the plain form's 45-53 ms
+    # (benchmarks/llama_builder_parity.py, docs/benchmarks.md)
+    generate_graph_form = "contrib"
     int4_embedding_from_blocks = True
     model_class = "Llama"
     supports_adaptive = False  # plain embeddings (d_embed = d_model)
