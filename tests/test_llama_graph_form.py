@@ -177,6 +177,12 @@ def test_a_bundles_default_form_shares_past_and_present_in_genai_and_the_plain_o
         write_bundle(exported, folder)
         config = json.loads((folder / "genai_config.json").read_text())
         assert config["search"]["past_present_share_buffer"] is shared
+    # A layer whose head size the fused kernel does not take attends in standard operators: no shared buffer.
+    mixed = export_model(ARCH, ExportOptions(variant="generate"))
+    assert 0 < ops(mixed)["GroupQueryAttention"] < ARCH.n_layer
+    write_bundle(mixed, tmp_path / "mixed")
+    config = json.loads((tmp_path / "mixed" / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is False
 
 
 def test_contrib_is_refused_for_a_target_without_its_operators_and_for_a_backbone_without_the_form():

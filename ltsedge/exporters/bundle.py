@@ -60,7 +60,7 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
     documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
     if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
         documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokenizer_data,
-                                                       share_buffer=shares_buffer(exported.proto)), **documents}
+                                                       share_buffer=shares_buffer(arch, exported.proto)), **documents}
     model_files = [MODEL_FILE, f"{MODEL_FILE}.data"] if external else [MODEL_FILE]
     names = [*model_files, *documents, *tokenizer_files]
     outdir = None

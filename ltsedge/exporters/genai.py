@@ -53,11 +53,13 @@ def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
     return {"bos_token_id": eos if bos is None else bos, "eos_token_id": eos, "pad_token_id": eos if pad is None else pad}
 
 
-def shares_buffer(proto) -> bool:
-    """Whether genai may run ``proto`` with one past/present buffer: its attention is GroupQueryAttention, which
-    reads the past's length from its inputs and writes the new keys and values in place (the plain form
-    concatenates, and its present must be a new tensor of the total length)."""
-    return any(node.op_type == "GroupQueryAttention" for node in proto.graph.node)
+def shares_buffer(arch, proto) -> bool:
+    """Whether genai may run ``proto`` with one past/present buffer: every layer with a cache attends with
+    GroupQueryAttention, which reads the past's length from its inputs and writes the new keys and values in
+    place. A layer in standard operators (the plain form; the contrib form's layers whose head size the fused
+    kernel does not take) concatenates: its present must be a new tensor of the total length."""
+    fused = sum(node.op_type == "GroupQueryAttention" for node in proto.graph.node)
+    return fused > 0 and fused == len(cache_layers(arch))
 
 
 def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None, share_buffer: bool = False) -> dict:

@@ -48,7 +48,7 @@ def genai_dir(path: Path, scratch: Path) -> Path | None:
         target = folder / data.name
         if not target.exists():
             os.symlink(data, target)
-    document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name, share_buffer=shares_buffer(graph))
+    document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name, share_buffer=shares_buffer(arch, graph))
     (folder / CONFIG_FILE).write_text(json.dumps(document, indent=2))
     return folder
 
