@@ -1,16 +1,15 @@
-"""ltsedge's int4 Llama export against onnxruntime-genai's model builder, as apps run them.
+"""ltsedge's int4 Llama bundle against onnxruntime-genai's model builder, in genai's own Generator as apps run them.
 
-SmolLM2-135M's shape in transformers with random weights (``LlamaForCausalLM(config).save_pretrained``,
-a word-level tokenizer.json beside it), converted by genai's own builder (``python -m
-onnxruntime_genai.models.builder -i DIR -o OUT -p int4 -e cpu``, offline) and by ``ltsedge export
---variant generate --precision int4 --weights DIR/model.safetensors`` (the same weights) as a user runs it
-("default": the default target and graph form) and in each graph form for --target-ort. The models are
-timed side by side (benchmarks/llama_sessions.py: one worker each, interleaved runs, inputs made by name
-alike): decode ms per token after a cache of --context tokens, prefill of --sequence tokens, peak memory;
-ratios to the builder's. Also the wall time of each export, and the
-largest difference between ltsedge's logits and the builder's on one prefill.
+A Hugging Face Llama folder (--hf: SmolLM2-135M-Instruct with its trained weights, made by
+``../shared/tools/smollm2-hf.sh``; default: SmolLM2-135M's shape with random weights, made here), converted by
+genai's builder (``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p int4 -e cpu``, offline) and by
+``ltsedge export --variant generate --precision int4 --weights DIR/model.safetensors --tokenizer DIR`` as a user
+runs it ("default") and in each graph form named. Each bundle runs in its own process (genai_worker.py):
+a new Generator takes a prompt of P tokens (prefill, timed), then generates --steps tokens greedily (each timed);
+the models take turns, round after round. Also the peak memory of each process, the wall time of each export
+and the largest difference between ltsedge's logits and the builder's on one prefill.
 
-    python benchmarks/llama_builder_parity.py [--context 2048] [--sequence 512] [--rounds 30]
+    python benchmarks/llama_builder_parity.py [--hf /tmp/smollm2] [--prompts 256,1024,2048] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from llama_graph_form import SMOLLM2_135M
-from llama_sessions import SideBySide, feeds
+from llama_sessions import feeds
 
 # genai 0.18's builder imports names of transformers 5; with 4.x they are absent, and none is used for llama.
 BUILDER = """
@@ -80,53 +79,122 @@ def largest_logit_difference(paths: dict[str, str], reference: str, sequence: in
     return {label: float(np.abs(value - logits[reference]).max()) for label, value in logits.items()}
 
 
+class GenaiWorkers:
+    """Each model in its own genai_worker.py process; every round runs each model once, in turn."""
+
+    def __init__(self, folders: dict[str, Path], threads: int):
+        worker = Path(__file__).with_name("genai_worker.py")
+        self.procs = {label: subprocess.Popen([sys.executable, str(worker), str(folder), str(threads)],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                      for label, folder in folders.items()}
+        for label in self.procs:
+            self._read(label)
+
+    def _read(self, label: str) -> dict:
+        line = self.procs[label].stdout.readline()
+        if not line:
+            sys.exit(f"the genai worker of {label} ended")
+        return json.loads(line)
+
+    def ask(self, label: str, request: dict) -> dict:
+        self.procs[label].stdin.write(json.dumps(request) + "\n")
+        self.procs[label].stdin.flush()
+        return self._read(label)
+
+    def close(self) -> dict[str, float]:
+        peaks = {label: self.ask(label, {"peak": True})["peak_mib"] for label in self.procs}
+        for proc in self.procs.values():
+            proc.stdin.close()
+            proc.wait()
+        return peaks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--context", type=int, default=2048)
-    parser.add_argument("--sequence", type=int, default=512)
-    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds per workload")
-    parser.add_argument("--target-ort", default="1.22", help="of ltsedge's exports (the contrib form needs 1.22)")
-    parser.add_argument("--forms", default="default,contrib", help="default (no --target-ort, no --graph-form) "
-                        "and graph forms exported for --target-ort")
+    parser.add_argument("--hf", type=Path, help="a Hugging Face Llama folder with trained weights (default: "
+                        "SmolLM2-135M's shape with random weights, made here)")
+    parser.add_argument("--prompts", default="256,1024,2048", help="prompt lengths P: prefill of P, then decode")
+    parser.add_argument("--steps", type=int, default=32, help="tokens generated after each prompt")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each model once per round)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every model")
+    parser.add_argument("--forms", default="default,plain", help="ltsedge's exports: default (no --target-ort, no "
+                        "--graph-form) and graph forms by name (plain for --target-ort 1.20, contrib for 1.22)")
     args = parser.parse_args()
+    prompts = [int(p) for p in args.prompts.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        hf_folder(tmp / "hf")
-        seconds = {"builder": timed([sys.executable, "-c", BUILDER, "-i", str(tmp / "hf"), "-o", str(tmp / "builder"),
+        hf = tmp / "hf"
+        if args.hf is None:
+            hf_folder(hf)
+        else:
+            builder_readable(args.hf, hf)
+        seconds = {"builder": timed([sys.executable, "-c", BUILDER, "-i", str(hf), "-o", str(tmp / "builder"),
                                      "-p", "int4", "-e", "cpu"], "the builder")}
-        models = {"builder": str(tmp / "builder" / "model.onnx")}
-        arch_file = tmp / "smollm2.json"
-        arch_file.write_text(json.dumps(SMOLLM2_135M))
+        folders = {"builder": tmp / "builder"}
+        arch = {**SMOLLM2_135M, **_arch_fields(hf)}
+        arch_file = tmp / "arch.json"
+        arch_file.write_text(json.dumps(arch))
         for form in args.forms.split(","):
             out = tmp / f"ltsedge-{form}"
-            settings = [] if form == "default" else ["--target-ort", args.target_ort, "--graph-form", form]
+            settings = [] if form == "default" else ["--target-ort", FORM_TARGETS[form], "--graph-form", form]
             seconds[f"ltsedge {form}"] = timed(
                 [sys.executable, "-m", "ltsedge", "export", str(arch_file), "--variant", "generate", "--precision",
-                 "int4", *settings, "--weights", str(tmp / "hf" / "model.safetensors"), "-o", str(out)],
+                 "int4", *settings, "--weights", str(hf / "model.safetensors"), "--tokenizer", str(hf), "-o", str(out)],
                 f"ltsedge export ({form})")
-            models[f"ltsedge {form}"] = str(out / "model.onnx")
-        sizes = {label: sum(f.stat().st_size for f in Path(path).parent.glob("model.onnx*")) / 1e6
-                 for label, path in models.items()}
-        differences = largest_logit_difference(models, "builder", 16)
-        bench = SideBySide(models, context=args.context, sequence=args.sequence,
-                           vocab=SMOLLM2_135M["vocab_size"], head_size=SMOLLM2_135M["head_dim"])
-        bench.time("decode", args.rounds, 10)
-        bench.time("prefill", args.rounds, 1)
-        peaks = bench.close()
-    print(f"SmolLM2-135M shape at int4, decode after {args.context} tokens, prefill of {args.sequence}; medians of "
-          f"{args.rounds} interleaved rounds (decode 10 runs, prefill 1 run each); ltsedge's forms for --target-ort "
-          f"{args.target_ort}")
-    print(f"{'model':<16}{'export s':>9}{'files MB':>9}{'decode ms':>10}{'prefill ms':>11}{'peak MiB':>9}"
-          f"{'max |logit diff|':>17}")
-    for label in models:
-        print(f"{label:<16}{seconds[label]:>9.1f}{sizes[label]:>9.1f}{bench.median(label, 'decode'):>10.2f}"
-              f"{bench.median(label, 'prefill'):>11.1f}{peaks[label]:>9.0f}{differences[label]:>17.3f}")
-    base = "builder"
-    for label in models:
-        if label != base:
-            print(f"{label} / builder (median of the rounds' ratios): decode "
-                  f"{bench.ratio(label, base, 'decode'):.3f}, prefill {bench.ratio(label, base, 'prefill'):.3f}, "
-                  f"peak {peaks[label] / peaks[base]:.3f}")
+            folders[f"ltsedge {form}"] = out
+        sizes = {label: sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
+                 for label, folder in folders.items()}
+        differences = largest_logit_difference({k: str(v / "model.onnx") for k, v in folders.items()}, "builder", 16)
+        workers = GenaiWorkers(folders, args.threads)
+        results: dict[tuple[str, int], list[dict]] = {}
+        for _ in range(args.rounds):
+            for prompt in prompts:
+                for label in folders:
+                    results.setdefault((label, prompt), []).append(
+                        workers.ask(label, {"prompt": prompt, "steps": args.steps}))
+        peaks = workers.close()
+    print(f"{'Trained' if args.hf else 'Random'} weights, SmolLM2-135M's shape at int4 in onnxruntime-genai's "
+          f"Generator, {args.threads} thread(s) each; {args.rounds} interleaved rounds; decode: median ms per token "
+          f"of {args.steps} tokens after a prompt of P, median over the rounds; prefill: of the P-token prompt")
+    print(f"{'model':<16}{'export s':>9}{'files MB':>9}{'peak MiB':>9}{'max |logit diff|':>17}")
+    for label in folders:
+        print(f"{label:<16}{seconds[label]:>9.1f}{sizes[label]:>9.1f}{peaks[label]:>9.0f}{differences[label]:>17.3f}")
+    print(f"{'P':>6}{'model':>16}{'decode ms':>11}{'prefill ms':>12}{'decode / builder':>18}{'prefill / builder':>19}")
+    for prompt in prompts:
+        for label in folders:
+            decode, prefill = _medians(results[label, prompt])
+            base_decode, base_prefill = _medians(results["builder", prompt])
+            print(f"{prompt:>6}{label:>16}{decode:>11.2f}{prefill:>12.0f}{decode / base_decode:>18.3f}"
+                  f"{prefill / base_prefill:>19.3f}")
+    for label in folders:
+        print(f"peak {label} / builder: {peaks[label] / peaks['builder']:.3f}")
+
+
+def builder_readable(source: Path, target: Path) -> None:
+    """``source``'s files linked into ``target``, config.json with rope_scaling as a dict: genai 0.18's builder
+    iterates it, and transformers 4.x writes null for the default rotary."""
+    target.mkdir()
+    for item in source.iterdir():
+        if item.name != "config.json":
+            (target / item.name).symlink_to(item.resolve())
+    config = json.loads((source / "config.json").read_text())
+    config["rope_scaling"] = config.get("rope_scaling") or {"rope_type": "default"}
+    (target / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def _medians(rounds: list[dict]) -> tuple[float, float]:
+    return (float(np.median([np.median(r["decode_ms"]) for r in rounds])),
+            float(np.median([r["prefill_ms"] for r in rounds])))
+
+
+def _arch_fields(hf: Path) -> dict:
+    """rope_theta, rms_norm_eps and the vocabulary from the folder's config.json (SmolLM2-135M's shape else)."""
+    config = json.loads((hf / "config.json").read_text())
+    return {"rope_theta": config.get("rope_theta", SMOLLM2_135M["rope_theta"]),
+            "rms_norm_eps": config.get("rms_norm_eps", 1e-5), "vocab_size": config["vocab_size"]}
+
+
+FORM_TARGETS = {"plain": "1.20", "contrib": "1.22"}
 
 
 if __name__ == "__main__":
