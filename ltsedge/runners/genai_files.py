@@ -63,7 +63,7 @@ def kv_cache_mb(path: Path, profile) -> float | None:
     except LtsedgeError:
         return None
     if not text:
-        return None
+        return _genai_config_kv_mb(path, profile)
     spec = ExportSpec.from_json(text)
     sizes = axis_sizes(spec, {"batch": profile.batch, "sequence": 1, "past_sequence": profile.context})
     import numpy as np
@@ -71,3 +71,17 @@ def kv_cache_mb(path: Path, profile) -> float | None:
     total = sum(int(np.prod(shape_of(t, sizes))) * np.dtype(t.dtype).itemsize for t in spec.input("past"))
     return total / 2**20
 
+
+def _genai_config_kv_mb(path: Path, profile) -> float | None:
+    """A foreign bundle's cache (onnxruntime-genai's builder's): the heads its genai_config.json gives every layer,
+    in fp32 as genai keeps it on a CPU (None where the config does not say)."""
+    config = bundle_config(path)
+    if config is None:
+        return None
+    try:
+        decoder = json.loads(config.read_text())["model"]["decoder"]
+        per_token = 2 * decoder["num_hidden_layers"] * decoder["num_key_value_heads"] * decoder["head_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    width = 2 if profile.execution_provider == "CUDAExecutionProvider" else 4  # genai's fp16 cache on a GPU
+    return per_token * profile.batch * profile.context * width / 2**20
