@@ -1,9 +1,11 @@
 """What needs the optional dependencies, and the one line that says how to get them.
 
-``pip install ltsedge`` is the light install CI gates use: check, profile of ONNX files, report,
-compare, devices, agent (with ``[fleet]``) — onnxruntime, onnx, numpy, psutil, typer and the plotting
-libraries. ``pip install "ltsedge[search]"`` adds PyTorch and pymoo for search, export, and profile of
-an architecture (which builds the model).
+``pip install ltsedge`` is the light install CI gates use: check, profile of ONNX files, report, compare,
+devices, params, space — onnxruntime, onnx, numpy, psutil, typer and the plotting libraries.
+``pip install "ltsedge[search]"`` adds PyTorch, pymoo, scipy, safetensors, onnx-ir and tokenizers for search,
+export, costmodel, predict, proxy-check and profile of an architecture (which builds the model);
+``[fleet]`` adds Dask's distributed for agents and ``--scheduler``. The README's install table says the same,
+and tests/test_extras.py holds the three together.
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ import importlib
 
 from ltsedge.errors import LtsedgeError
 
-INSTALL = {"torch": 'pip install "ltsedge[search]" (on a CPU-only machine: pip install torch --index-url '
-                    'https://download.pytorch.org/whl/cpu first)',
-           "pymoo": 'pip install "ltsedge[search]"', "scipy": 'pip install "ltsedge[search]"', "safetensors": 'pip install "ltsedge[search]"',
-           "distributed": 'pip install "ltsedge[fleet]"', "onnx_ir": 'pip install "ltsedge[search]"',
-           "tokenizers": 'pip install "ltsedge[proxy]"'}
+# The extra of pyproject.toml that installs each optional module.
+EXTRA = {"torch": "search", "pymoo": "search", "scipy": "search", "safetensors": "search", "onnx_ir": "search",
+         "tokenizers": "search", "distributed": "fleet"}
+# An unpinned torch on x86 Linux pulls several GB of CUDA packages.
+CPU_TORCH = "on a CPU-only machine: pip install torch --index-url https://download.pytorch.org/whl/cpu first"
+
+
+def install_hint(module: str) -> str:
+    """How to install ``module``: the extra that holds it, or the module itself."""
+    extra = EXTRA.get(module)
+    if extra is None:
+        return f"pip install {module}"
+    hint = f'pip install "ltsedge[{extra}]"'
+    return f"{hint} ({CPU_TORCH})" if module == "torch" else hint
 
 
 def require(module: str, what: str):
@@ -24,4 +35,4 @@ def require(module: str, what: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise LtsedgeError(f"{what} needs {module}: {INSTALL.get(module, f'pip install {module}')}") from None
+        raise LtsedgeError(f"{what} needs {module}: {install_hint(module)}") from None

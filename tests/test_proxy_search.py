@@ -221,11 +221,11 @@ def test_a_search_report_shows_the_check_of_its_space(tmp_path):
 
 
 def test_without_tokenizers_proxy_check_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if the proxy extra were not installed
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if the search extra were not installed
     text = tmp_path / "t.txt"
     text.write_text("some text " * 100)
     one_line_exit_2(run_ltsedge("proxy-check", "--text", text, "--out", tmp_path / "o"),
-                    'proxy-check needs tokenizers: pip install "ltsedge[proxy]"')
+                    'proxy-check needs tokenizers: pip install "ltsedge[search]"')
 
 
 @pytest.mark.slow
