@@ -17,7 +17,7 @@ from ltsedge.exporters.genai import genai_config, hf_config
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from tests.conftest import tiny_arch
-from tests.helpers import genai_greedy, reference_tokens, run_ltsedge
+from tests.helpers import genai_greedy, one_line_exit_2, reference_tokens, run_ltsedge
 
 HETEROGENEOUS = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128, 256, 96], vocab_size=300,
                              n_positions=96)
@@ -179,3 +179,28 @@ def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
         assert config["model_type"] == f"ltsedge-{arch.backbone}", name
         assert config["n_layer"] == arch.n_layer, name
         assert config["ltsedge"]["architecture"] == arch.to_dict(), name
+
+
+def llama(**fields):
+    return Architecture(**{**dict(backbone="llama", n_layer=2, d_model=64, n_head=[4, 4], d_inner=[128, 96],
+                                  vocab_size=300, n_positions=64), **fields})
+
+
+@pytest.mark.parametrize("arch, why", [
+    (llama(n_head=[4, 6], n_kv_head=[4, 2], head_dim=16),
+     "its key/value heads repeat to 4 in every layer, which layer 1's 6 query heads cannot share"),
+    (llama(d_model=96, n_head=[4, 6], n_kv_head=[2, 2]), "its layers' head sizes differ ([16, 24])")])
+def test_a_llama_with_no_uniform_cache_layout_is_refused_it_and_the_note_offers_none(tmp_path, arch, why):
+    """Optimum sizes every cache alike; a Llama whose caches cannot all be one shape is refused the uniform
+    layout in one line, nothing written, and its default bundle's note names no layout."""
+    proc = run_ltsedge("export", arch_file(tmp_path, arch), "--variant", "generate", "--cache-layout", "uniform",
+                       "-o", tmp_path / "uniform")
+    one_line_exit_2(proc, f"no uniform cache layout for this model: {why}")
+    assert not (tmp_path / "uniform").exists()
+    proc = run_ltsedge("export", arch_file(tmp_path, arch), "--variant", "generate", "-o", tmp_path / "default")
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
+    assert proc.returncode == 0 and len(notes) == 1, proc.stdout
+    assert "Optimum's ORTModelForCausalLM cannot load this bundle" in notes[0] and "--cache-layout" not in notes[0]
+    equal = llama(n_kv_head=[2, 2], head_dim=16)  # caches alike: Optimum loads it (tests/test_runtimes.py)
+    proc = run_ltsedge("export", arch_file(tmp_path, equal), "--variant", "generate", "-o", tmp_path / "equal")
+    assert proc.returncode == 0 and "note:" not in proc.stdout, proc.stdout

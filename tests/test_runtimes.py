@@ -9,6 +9,7 @@ replacing a CPU torch).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 from ltsedge.architecture import Architecture
 from ltsedge.exporters.bundle import export_to_path
 from ltsedge.exporters.options import ExportOptions
-from tests.helpers import trained_like_weights
+from tests.helpers import genai_greedy, run_ltsedge, trained_like_weights
 
 optimum_ort = pytest.importorskip("optimum.onnxruntime", reason="Optimum (optimum[onnxruntime]) is not installed")
 from transformers import AutoConfig  # noqa: E402 - Optimum's dependency: only once it is known to be there
@@ -108,3 +109,44 @@ def test_optimum_generates_from_llamas_fused_operators_and_int4(tmp_path, option
     out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
                          max_new_tokens=STEPS, do_sample=False, num_beams=1)
     assert out[0, len(PROMPT):].tolist() == expected
+
+
+def optimum_greedy(bundle) -> list[int]:
+    model = optimum_ort.ORTModelForCausalLM.from_pretrained(bundle, use_cache=True)
+    out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                         max_new_tokens=STEPS, do_sample=False, num_beams=1)
+    return out[0, len(PROMPT):].tolist()
+
+
+@pytest.mark.parametrize("form", [[], ["--target-ort", "1.20"]], ids=["default (contrib)", "plain"])
+def test_a_llama_with_per_layer_key_value_heads_names_the_layout_optimum_loads(tmp_path, form):
+    """Optimum gives every cache config.json's one key/value head count: the default per-layer bundle (2 and 1
+    heads) fails there, and export says so in one line; --cache-layout uniform repeats layer 1's head to 2 and
+    Optimum (and genai) generate the per-layer bundle's very tokens from it."""
+    per_layer_kv = arch("llama", n_kv_head=[2, 1], head_dim=16)
+    weights, arch_json = tmp_path / "w.pt", tmp_path / "arch.json"
+    trained_like_weights(per_layer_kv, weights)
+    arch_json.write_text(per_layer_kv.to_json())
+
+    def export(out, *extra):
+        proc = run_ltsedge("export", arch_json, "--variant", "generate", "--weights", weights, *form, *extra,
+                           "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        return [line for line in proc.stdout.splitlines() if line.startswith("note:")]
+
+    notes = export(tmp_path / "default")
+    assert len(notes) == 1 and "Optimum's ORTModelForCausalLM cannot load this bundle" in notes[0]
+    assert "--cache-layout uniform" in notes[0]
+    expected = full_recompute_greedy(tmp_path / "default" / "model.onnx", PROMPT, STEPS)
+    assert len(set(expected)) > 3
+    with pytest.raises(Exception, match="invalid dimensions"):  # what the note says
+        optimum_greedy(tmp_path / "default")
+
+    assert export(tmp_path / "uniform", "--cache-layout", "uniform") == []
+    config = json.loads((tmp_path / "uniform" / "config.json").read_text())
+    assert (config["num_key_value_heads"], config["ltsedge"]["n_kv_head_per_layer"]) == (2, [2, 1])
+    session = ort.InferenceSession(str(tmp_path / "uniform" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [tuple(i.shape[1:]) for i in session.get_inputs()[3:]] == [(2, "past_sequence", 16)] * 4
+    assert optimum_greedy(tmp_path / "uniform") == expected
+    if importlib.util.find_spec("onnxruntime_genai"):
+        assert genai_greedy(tmp_path / "uniform", PROMPT, STEPS)[0] == expected

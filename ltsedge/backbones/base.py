@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT
 from ltsedge.interrupts import interrupts_deferred
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class Backbone:
     # Its generate variant feeds back a KV cache, exported in one of ``kv_cache.CACHE_LAYOUTS`` (the
     # ``cache_layout`` option of ``export_spec`` / ``build_graph``); False: no cache whose layout is chosen.
     kv_cache: bool = False
+    # The layout of that cache when none is asked for.
+    default_cache_layout: str = DEFAULT_CACHE_LAYOUT
     # Names a trained checkpoint may carry for a tensor tied to another (alias -> the reference's name):
     # accepted by --weights when equal to it.
     tied_aliases: dict[str, str] = {}
@@ -141,8 +144,9 @@ class Backbone:
         ``cache_layout`` (given only to a ``kv_cache`` backbone) the generate variant's cache layout."""
         raise NotImplementedError
 
-    def hf_config_fields(self, arch: Architecture, layers: int) -> dict[str, Any]:
-        """config.json's fields in ``hf_model_type``'s Hugging Face names (``layers``: its layer count, the caches')."""
+    def hf_config_fields(self, arch: Architecture, layers: int, cache_heads: int) -> dict[str, Any]:
+        """config.json's fields in ``hf_model_type``'s Hugging Face names (``layers``: its layer count, the caches';
+        ``cache_heads``: the heads its first cache is stored in, as the graph declares it)."""
         return {}
 
     # --- the search ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The declared inputs and outputs of a KV-cache decoder's ``generate`` variant (GPT-2, OPT).
+"""The declared inputs and outputs of a KV-cache decoder's ``generate`` variant (GPT-2, OPT; Llama lays out
+its grouped key/value heads itself, ``backbones.llama.uniform_kv_heads``).
 
 The naming Optimum exports and onnxruntime-genai reads by default. Batch, sequence and past are
 symbolic; heads and head size are static, in one of two cache layouts (``CACHE_LAYOUTS``):
@@ -77,17 +78,29 @@ def cache_heads(arch, cache_layout: str = DEFAULT_CACHE_LAYOUT) -> tuple[int, ..
     return tuple(arch.n_head[layer] for layer in cache_layers(arch))
 
 
-def layout_changes_graph(arch, cache_layout: str) -> bool:
+def cache_shapes(spec: ExportSpec) -> tuple[tuple[int, int], ...]:
+    """Each cache's static ``(heads, head size)``, as ``spec`` declares its keys."""
+    return tuple((t.dims[1], t.dims[3]) for t in spec.input("past") if t.name.endswith(".key"))
+
+
+def layout_changes_graph(arch, cache_layout: str, backbone=None) -> bool:
     """Does ``cache_layout`` give another graph than the per-layer one (which all older exports have)?
-    Only the uniform layout of a model whose attention layers do not all have H heads does."""
-    return cache_heads(arch, cache_layout) != cache_heads(arch, PER_LAYER)
+    Only the uniform layout of a model whose caches differ in the per-layer one does. ``backbone``: the one
+    whose ``generate_spec`` lays its caches out (Llama: key/value heads); None: this module's (GPT-2, OPT)."""
+    spec_of = generate_spec if backbone is None else backbone.generate_spec
+    return cache_shapes(spec_of(arch, cache_layout)) != cache_shapes(spec_of(arch, PER_LAYER))
 
 
-def declared_cache_layout(arch, spec: ExportSpec) -> str:
+def declared_cache_layout(arch, spec: ExportSpec, backbone=None) -> str:
     """The layout of a generate spec's caches: uniform when it is the uniform one (models with equal
-    heads are both; they say uniform), else per-layer."""
-    heads = tuple(t.dims[1] for t in spec.input("past") if t.name.endswith(".key"))
-    return UNIFORM if heads == cache_heads(arch, UNIFORM) else PER_LAYER
+    heads are both; they say uniform), else per-layer (also where the model has no uniform layout).
+    ``backbone`` as for ``layout_changes_graph``."""
+    spec_of = generate_spec if backbone is None else backbone.generate_spec
+    try:
+        uniform = cache_shapes(spec_of(arch, UNIFORM))
+    except LtsedgeError:  # e.g. a Llama whose layers' key/value heads repeat to no one count
+        return PER_LAYER
+    return UNIFORM if cache_shapes(spec) == uniform else PER_LAYER
 
 
 def cache_heads_of(spec: ExportSpec, cache: int) -> int:

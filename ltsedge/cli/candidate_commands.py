@@ -91,8 +91,9 @@ def export(
     symmetric: Optional[bool] = typer.Option(None, "--symmetric/--asymmetric", help=SYMMETRIC_HELP),
     accuracy_level: Optional[int] = typer.Option(None, "--accuracy-level", help=ACCURACY_LEVEL_HELP),
     cache_layout: Optional[str] = typer.Option(
-        None, "--cache-layout", help="Generate variant of GPT-2/OPT: uniform (default: every layer's cache in one "
-        "head count, which Optimum and transformers.js feed) or per-layer (each layer's own heads)."),
+        None, "--cache-layout", help="Generate variant: uniform (every layer's cache in one head count, which "
+        "Optimum feeds; GPT-2/OPT's default) or per-layer (each layer's own heads; Llama's default, the least "
+        "memory). onnxruntime-genai and transformers.js load both."),
     graph_form: Optional[str] = typer.Option(
         None, "--graph-form", help="Llama: plain (standard ONNX operators, every --target-ort) or contrib "
         "(onnxruntime's fused GroupQueryAttention and RMSNorm, --target-ort 1.22 or newer). Default: the "
@@ -116,3 +117,8 @@ def export(
     for path, sha in files.items():
         note = "  (made from tokenizer.json: none was beside it)" if path in made else ""
         typer.echo(f"  {path}  sha256 {sha[:16]}…{note}")
+    from ltsedge.exporters.optimum import optimum_note
+
+    unloadable = optimum_note(model)
+    if unloadable:
+        typer.echo(f"note: {unloadable}")

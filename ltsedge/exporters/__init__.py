@@ -19,7 +19,7 @@ from onnx import helper
 import ltsedge
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
-from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, check_cache_layout
+from ltsedge.backbones.kv_cache import check_cache_layout
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters.exported import METADATA_PREFIX, ExportedModel
 from ltsedge.exporters.options import ExportOptions
@@ -103,7 +103,7 @@ def cache_layout_option(backbone, variant: str, cache_layout: str | None) -> dic
         check_cache_layout(cache_layout)
     if not (backbone.kv_cache and variant == "generate"):
         return {}
-    return {"cache_layout": cache_layout or DEFAULT_CACHE_LAYOUT}
+    return {"cache_layout": cache_layout or backbone.default_cache_layout}
 
 
 def check_fits_in_memory(arch: Architecture) -> None:

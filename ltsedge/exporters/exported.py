@@ -119,6 +119,7 @@ def _write(path: Path, parts: list, digest: bool) -> str | None:
 
 def cache_layout_of(arch: Architecture, spec: ExportSpec) -> str | None:
     """The KV-cache layout ``spec`` declares; None where it has no KV cache."""
-    if spec.variant != "generate" or not get_backbone(arch.backbone).kv_cache:
+    backbone = get_backbone(arch.backbone)
+    if spec.variant != "generate" or not backbone.kv_cache:
         return None
-    return declared_cache_layout(arch, spec)
+    return declared_cache_layout(arch, spec, backbone)

@@ -17,10 +17,11 @@ queries; ``config.json`` carries every layer's.
 ``hf_model_type``, e.g. ``llama``; transformers' field names) where that reading is true (``hf_family``),
 so Optimum's ``ORTModelForCausalLM`` and transformers.js load the bundle unchanged (tests/test_runtimes.py,
 tests/test_transformersjs.py). Optimum sizes every layer's empty cache from the one head count: with the
-uniform cache layout (the default) that is every layer's, whatever the layers' own heads; with the per-layer
-layout (and Llama's per-layer key/value heads) only models with equal heads in every layer generate there,
-and a Llama only with ``head_dim = hidden_size / num_attention_heads`` (Optimum's head size, checked with
-optimum-onnx 0.1.0: it ignores ``head_dim``). Its layer count is the number of caches, as genai's
+uniform cache layout (GPT-2's and OPT's default; a Llama's each layer's key/value heads repeated to one count)
+that is every layer's, whatever the layers' own heads; with the per-layer layout (Llama's default) only models
+with equal heads in every layer generate there, and a Llama only with ``head_dim = hidden_size /
+num_attention_heads`` (Optimum's head size, checked with optimum-onnx 0.1.0: it ignores ``head_dim``;
+``exporters.optimum`` says which bundles it loads). Its layer count is the number of caches, as genai's
 ``num_hidden_layers``.
 """
 
@@ -28,8 +29,7 @@ from __future__ import annotations
 
 import ltsedge
 from ltsedge.backbones import get_backbone
-from ltsedge.backbones.kv_cache import (DEFAULT_CACHE_LAYOUT, PAST, PRESENT, cache_heads, cache_layers,
-                                        check_cache_layout)
+from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_layers, cache_shapes, check_cache_layout
 
 LAYER_NORM_EPS = 1e-5  # both families' (ltsedge.backbones.gpt2.model, opt.model; not imported: they need torch)
 # backbone = its Hugging Face model_type -> the class Transformers builds for it
@@ -67,12 +67,12 @@ def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None, sha
     context = arch.n_positions
     # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
     # One head count for all in genai's schema: the first cache's as declared (H, every cache's, if uniform),
-    # its query heads as many again as its layer groups on each key/value head.
+    # its query heads the layer's own where the cache keeps the layer's head size (grouped key/value heads, in
+    # either layout), else H (GPT-2's uniform layout regroups the layer's features into H heads).
     caches = cache_layers(arch)
     if caches:
-        first = next(t for t in spec.inputs if t.name == PAST.format(i=0, kind="key"))
-        kv_heads, head_size = first.dims[1], first.dims[3]
-        heads = kv_heads * (arch.n_head[caches[0]] // arch.kv_heads[caches[0]])
+        kv_heads, head_size = cache_shapes(spec)[0]
+        heads = arch.n_head[caches[0]] if head_size == arch.d_head[caches[0]] else kv_heads
     else:
         heads = kv_heads = arch.n_head[0]
         head_size = arch.d_head[0]
@@ -144,19 +144,20 @@ def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = No
     (cache i is layer ``cache_layers(arch)[i]``); it is the model's layer count unless FFN-only PAR layers
     have no cache (``ltsedge.standard_layer_count`` says so; ``ltsedge.n_layer`` is the model's)."""
     family = hf_family(arch)
+    backbone = get_backbone(arch.backbone)
     cache, heads = {}, arch.n_head[0]
-    if get_backbone(arch.backbone).kv_cache:
-        layout = check_cache_layout(cache_layout or DEFAULT_CACHE_LAYOUT)
-        heads = cache_heads(arch, layout)[0] if cache_layers(arch) else heads  # the first cache's: H if uniform
-        cache = {"cache_layout": layout, "cache_heads": heads, "cache_head_dim": arch.d_model // heads,
+    if backbone.kv_cache:
+        layout = check_cache_layout(cache_layout or backbone.default_cache_layout)
+        shapes = cache_shapes(backbone.generate_spec(arch, layout))
+        heads, head_dim = shapes[0] if shapes else (heads, arch.d_head[0])  # the first cache's: H if uniform
+        cache = {"cache_layout": layout, "cache_heads": heads, "cache_head_dim": head_dim,
                  "cache_layers": list(cache_layers(arch))}
     # The family's layer count is the caches' (runtimes make one cache per layer); ltsedge's own type's is n_layer.
     layers = len(cache_layers(arch)) if family else arch.n_layer
     if family:
         cache["standard_layer_count"] = "cache layers (cache_layers), not n_layer"
-    backbone = get_backbone(arch.backbone)
     if family and backbone.hf_model_type:
-        fields, hf_class = backbone.hf_config_fields(arch, layers), backbone.hf_class
+        fields, hf_class = backbone.hf_config_fields(arch, layers, heads), backbone.hf_class
     else:
         fields = _opt_fields(arch, heads, layers) if family == "opt" else _gpt2_fields(arch, heads, layers)
         hf_class = HF_FAMILIES.get(family)

@@ -39,7 +39,7 @@ class ExportOptions:
     ``target_ort``: the onnxruntime version the model must load in (None: ``ortcompat.OLDEST_ORT``).
     ``precision``: fp32, or fp16 / int8 / int4 by onnxruntime's quantizers, with ``quantization``'s
     options (None: ``QuantOptions()``; options of another precision than this one change nothing).
-    ``cache_layout``: a KV-cache generate variant's (``backbones.kv_cache``; None: the default).
+    ``cache_layout``: a KV-cache generate variant's (``backbones.kv_cache``; None: the backbone's default).
     ``external_data``: the weights in ``<file>.data`` beside the model (None: only over protobuf's 2 GB).
     ``graph_form``: plain (standard ONNX operators) or contrib (onnxruntime's fused operators), of the forms
     the backbone has (None: its default, where the target runs it; ``graph_form_of``).
@@ -108,10 +108,10 @@ class ExportOptions:
         if self.variant != DEFAULT_VARIANT:
             settings["variant"] = self.variant
         if self.variant == "generate" and backbone.kv_cache:
-            from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, layout_changes_graph
+            from ltsedge.backbones.kv_cache import layout_changes_graph
 
-            layout = self.cache_layout or DEFAULT_CACHE_LAYOUT
-            if layout_changes_graph(arch, layout):
+            layout = self.cache_layout or backbone.default_cache_layout
+            if layout_changes_graph(arch, layout, backbone):
                 settings["cache"] = layout
         form = self.graph_form_of(backbone)
         if form != PLAIN_FORM:  # every key without a form is of the plain graph

@@ -10,8 +10,11 @@ graph; this file ties them into the ``Backbone``, with its Hugging Face and onnx
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
-from ltsedge.backbones.kv_cache import cache_layers, cache_spec
+from ltsedge.backbones.kv_cache import PER_LAYER, UNIFORM, cache_layers, cache_spec, check_cache_layout
 from ltsedge.errors import LtsedgeError
 
 # transformers' LlamaConfig defaults where the architecture leaves a field unset, but for the tied output
@@ -45,6 +48,11 @@ class LlamaBackbone(PackageBackbone):
     architecture_fields = ("n_kv_head", "head_dim", "tie_embeddings", "rope_theta", "rms_norm_eps")
     # Hugging Face's LlamaForCausalLM state_dict carries the tied output layer under its own name.
     tied_aliases = {"lm_head.weight": "embed_tokens.weight"}
+    # Each layer's cache in its own key/value heads by default: the least memory, and what onnxruntime-genai and
+    # transformers.js read (each cache's shape from the graph); the uniform layout is for Optimum, which sizes
+    # every layer's cache from config.json's one count (``uniform_kv_heads``).
+    kv_cache = True
+    default_cache_layout = PER_LAYER
     genai_model_type = "llama"
     hf_model_type = "llama"
     hf_class = "LlamaForCausalLM"
@@ -65,8 +73,23 @@ class LlamaBackbone(PackageBackbone):
                                    f"head's features, so the head size must be even")
 
     def generate_spec(self, arch, cache_layout: str | None = None):
-        """Each layer's cache in its own key/value heads and head size, static: no layout to choose."""
+        """Each cache static in its heads and head size: per layer, the layer's own key/value heads; uniform,
+        ``uniform_kv_heads`` in every layer."""
+        if check_cache_layout(cache_layout or self.default_cache_layout) == UNIFORM:
+            heads = uniform_kv_heads(arch)
+            return cache_spec(arch, [(heads, arch.d_head[i]) for i in cache_layers(arch)])
         return cache_spec(arch, [(arch.kv_heads[i], arch.d_head[i]) for i in cache_layers(arch)])
+
+    def build_graph(self, arch, weights, opset: int, variant: str, cache_layout: str | None = None,
+                    form: str = "plain", **options):
+        """A uniform cache: each layer's key/value heads repeated to ``uniform_kv_heads`` in its projection, so
+        the layer attends as one of that many key/value heads (the same attention: each query head reads a copy
+        of its own key/value head)."""
+        if variant == "generate" and check_cache_layout(cache_layout or self.default_cache_layout) == UNIFORM:
+            heads = uniform_kv_heads(arch)
+            if set(arch.kv_heads) != {heads}:  # equal key/value heads: the per-layer graph, byte for byte
+                arch, weights = _repeated_kv_heads(arch, weights, heads)
+        return super().build_graph(arch, weights, opset, variant, cache_layout, form, **options)
 
     def default_space(self) -> dict:
         """The sub-billion shapes apps ship, and the layers between them: 2..32 layers, d_model 256..1280,
@@ -86,13 +109,47 @@ class LlamaBackbone(PackageBackbone):
         2 .. 30 layers deep: its 30-layer point is SmolLM2-135M itself."""
         return BaselineSpec(d_model=576, d_inner=1536, n_head=9, n_kv_head=3, head_dim=64, layers=grid(2, 30, 2))
 
-    def hf_config_fields(self, arch, layers: int) -> dict:
-        """transformers' LlamaConfig names. One value per field: layer 0's heads, key/value heads and SwiGLU
-        width (runtimes that read every layer's cache from the graph, onnxruntime-genai and transformers.js,
-        need no more; ``ltsedge`` in config.json has every layer's)."""
+    def hf_config_fields(self, arch, layers: int, cache_heads: int) -> dict:
+        """transformers' LlamaConfig names. One value per field: layer 0's heads, its cache's key/value heads
+        (``cache_heads``: every layer's in the uniform layout) and its SwiGLU width (runtimes that read every
+        layer's cache from the graph, onnxruntime-genai and transformers.js, need no more; ``ltsedge`` in
+        config.json has every layer's)."""
         return {"hidden_size": arch.d_model, "num_hidden_layers": layers, "num_attention_heads": arch.n_head[0],
-                "num_key_value_heads": arch.kv_heads[0], "head_dim": arch.d_head[0],
+                "num_key_value_heads": cache_heads, "head_dim": arch.d_head[0],
                 "intermediate_size": arch.d_inner[0], "max_position_embeddings": arch.n_positions,
                 "rope_theta": arch.rope_theta, "rope_scaling": None, "rms_norm_eps": arch.rms_norm_eps,
                 "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
                 "attention_dropout": 0.0, "pretraining_tp": 1}
+
+
+def uniform_kv_heads(arch) -> int:
+    """The key/value heads of every cache in the uniform layout: the fewest that each layer's key/value heads
+    divide (the largest count, where it is a multiple of the others) and that divide each layer's query heads.
+    A model with none, or with head sizes that differ between layers, has no uniform layout (one line)."""
+    layers = cache_layers(arch)
+    sizes = sorted({arch.d_head[i] for i in layers})
+    if len(sizes) > 1:
+        raise LtsedgeError(f"no uniform cache layout for this model: its layers' head sizes differ ({sizes}); "
+                           f"export it with the per-layer layout")
+    heads = math.lcm(*(arch.kv_heads[i] for i in layers))
+    for i in layers:
+        if arch.n_head[i] % heads:
+            raise LtsedgeError(f"no uniform cache layout for this model: its key/value heads repeat to {heads} in "
+                               f"every layer, which layer {i}'s {arch.n_head[i]} query heads cannot share; export "
+                               f"it with the per-layer layout")
+    return heads
+
+
+def _repeated_kv_heads(arch, weights, heads: int):
+    """``arch`` with ``heads`` key/value heads in every layer, and the weights giving each layer's query heads the
+    same keys and values: key/value head j of a layer with k of them is heads j*r .. j*r + r-1 (r = heads / k),
+    which its query heads of group j read (a group of n / heads, n / k in all)."""
+    import numpy as np
+
+    weights = dict(weights)
+    for i, kv in enumerate(arch.kv_heads):
+        for name in ("k_proj", "v_proj"):
+            key = f"layers.{i}.self_attn.{name}.weight"
+            rows = weights[key].reshape(kv, arch.d_head[i], arch.d_model)
+            weights[key] = np.repeat(rows, heads // kv, axis=0).reshape(heads * arch.d_head[i], arch.d_model)
+    return dataclasses.replace(arch, n_kv_head=(heads,) * arch.n_layer), weights
