@@ -148,6 +148,75 @@ def test_several_models_at_once_in_processes_give_what_one_at_a_time_gives(tmp_p
     assert all(abs(both[k] - serial[k]) < 1e-4 for k in serial)  # the same recipe, seed and batches
 
 
+def _log_of(out) -> tuple[str, list[dict]]:
+    """models.jsonl's header line and its rows."""
+    lines = (out / "models.jsonl").read_text().splitlines()
+    return lines[0], [json.loads(line) for line in lines[1:]]
+
+
+def _rerun_with_log(checked, tmp_path, text_file, lines: list[str]):
+    """The tiny check again, on a copy of ``checked``'s folder whose models.jsonl holds ``lines``."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(checked[0], out)
+    (out / "models.jsonl").write_text("".join(line + "\n" for line in lines))
+    return out, run_ltsedge("proxy-check", "--text", text_file, *TINY, "--out", out)
+
+
+def test_a_damaged_line_of_the_log_is_trained_again(checked, tmp_path, text_file):
+    header, rows = _log_of(checked[0])
+    wider = {**rows[1]["architecture"], "d_model": rows[1]["d_model"] * 2}  # not the model planned at 1
+    lines = [header, json.dumps({**rows[0], "held_out_loss": "x"}), json.dumps({**rows[1], "architecture": wider}),
+             json.dumps(rows[2])]
+    out, proc = _rerun_with_log(checked, tmp_path, text_file, lines)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 line(s) damaged" in proc.stderr and "1 already trained, resuming" in proc.stderr
+    _, after = _log_of(out)
+    assert [r["index"] for r in after[3:]] == [0, 1]  # the two models trained again, the third kept
+    for again, before in zip(after[3:], rows):
+        assert again["architecture"] == before["architecture"]
+        assert abs(again["held_out_loss"] - before["held_out_loss"]) < 1e-4  # the same recipe, seed and batches
+    result = json.loads((out / "proxy-check.json").read_text())
+    assert [m["index"] for m in result["models"]] == [0, 1, 2]
+
+
+def test_no_damaged_line_of_the_log_stands_for_a_model(checked, tmp_path, text_file):
+    """Each line after the log's good ones damages one field of the last model's; none may replace it."""
+    header, rows = _log_of(checked[0])
+    good = rows[2]
+    other = rows[1]
+    changes = [{"held_out_loss": "x"}, {"held_out_loss": math.nan}, {"held_out_loss": -1.0},
+               {"held_out_loss": math.inf, "checkpoints": good["checkpoints"][:-1] + [{**good["checkpoints"][-1],
+                                                                                     "held_out_loss": math.inf}]},
+               {"index": 99}, {"index": True}, {"index": 1}, {"checkpoints": "x"}, {"checkpoints": []},
+               {"decoder_params": -5}, {"decoder_params": good["decoder_params"] + 1}, {"attention_params": 0},
+               {"n_layer": good["n_layer"] + 1}, {"id": other["id"], "architecture": other["architecture"]},
+               {"architecture": {**good["architecture"], "n_positions": 7}}, {"steps": 3}, {"tokens": "640"},
+               {"diverged": True}, {"train_loss": math.nan}, {"seconds": -1}, {"tokens_per_second": math.inf},
+               {"device": None}]
+    damaged = [json.dumps({**good, **change}) for change in changes] + ["[1]", '"x"', "{}"]
+    out, proc = _rerun_with_log(checked, tmp_path, text_file, [header, *map(json.dumps, rows), *damaged])
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(damaged)} line(s) damaged" in proc.stderr and "3 already trained" in proc.stderr
+    assert len(_log_of(out)[1]) == len(rows) + len(damaged)  # nothing trained again
+    before = json.loads((checked[0] / "proxy-check.json").read_text())["models"]
+    assert json.loads((out / "proxy-check.json").read_text())["models"] == before
+
+
+def test_a_learning_rate_that_is_not_a_number_is_refused_before_any_work(tmp_path, text_file):
+    from ltsedge.errors import LtsedgeError
+    from ltsedge.proxycheck.run import CheckOptions, run_check
+
+    one_line_exit_2(run_ltsedge("proxy-check", "--text", text_file, *TINY, "--lr", "nan", "--out", tmp_path / "o"),
+                    "--lr")
+    options = CheckOptions(text=text_file, preset="smoke", models=3, tokens_per_model=640, batch=2, sequence=16,
+                           depths=0, threads=1, parallel=1, lr=math.nan, out=tmp_path / "o", quiet=True)
+    with pytest.raises(LtsedgeError, match="--lr nan is not a learning rate"):  # plan.json would hold NaN
+        run_check(options, log=lambda _: None)
+    assert not (tmp_path / "o").exists()
+
+
 def _tokenizer_of(tmp_path, vocab: int):
     from ltsedge.proxycheck.tokens import train_tokenizer
 

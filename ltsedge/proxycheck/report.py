@@ -80,8 +80,8 @@ def _checkpoints(sample: list[dict]) -> list[dict]:
     out = []
     for i, mark in enumerate(sample[0]["checkpoints"]):
         losses = [m["checkpoints"][i]["held_out_loss"] for m in sample]
-        finite = all(map(math.isfinite, losses))
-        ranked = stats.ranking([m["decoder_params"] for m in sample], losses) if finite else None
+        trained = all(loss is not None for loss in losses)  # None: diverged by then
+        ranked = stats.ranking([m["decoder_params"] for m in sample], losses) if trained else None
         out.append({"fraction": mark["fraction"], "tokens": mark["tokens"],
                     "spearman": ranked["spearman"] if ranked else None})
     return out
@@ -100,7 +100,8 @@ def _depth(depth: list[dict], sample: list[dict]) -> dict | None:
 
 
 def write_json(summary: dict, path: Path, write) -> None:
-    write(path, (json.dumps(summary, indent=1) + "\n").encode())
+    """Strict JSON: every figure of a summary is finite or None (``stats._round``, ``training._finite``)."""
+    write(path, (json.dumps(summary, indent=1, allow_nan=False) + "\n").encode())
 
 
 def write_png(summary: dict, path: Path, write) -> None:

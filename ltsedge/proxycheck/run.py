@@ -7,6 +7,7 @@ Everything a check writes is in ``--out`` (an ``OutputDir``: only its own files 
     tokens.bin        the text's token ids, so a resumed check neither retrains nor re-encodes (tokens.json:
                       of which text and tokenizer, their type and count)
     models.jsonl      one JSON line per finished model, fsynced: kill -9 loses at most the model in training
+                      (models_log.py; trainer.py trains the models)
     proxy-check.json  the result, proxy-check.png its picture
 
 A rerun with the same settings continues where the log ends; other settings are refused (``--restart``
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +32,13 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.files import write_file
 from ltsedge.proxy import count_params
 from ltsedge.proxycheck import PICTURE, RESULT, report, sampling, tokens
-from ltsedge.proxycheck.progress import CheckProgress
+from ltsedge.proxycheck.models_log import LOG, read_log
+from ltsedge.proxycheck.trainer import plan_workers, train_models  # noqa: F401 (plan_workers: imported from here)
 from ltsedge.proxycheck.text import read_text
 from ltsedge.search.outdir import OutputDir
 from ltsedge.space import SearchSpace
 
-PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG = "plan.json", "tokenizer.json", "tokens.bin", "tokens.json", "models.jsonl"
+PLAN, TOKENIZER, TOKENS, TOKENS_META = "plan.json", "tokenizer.json", "tokens.bin", "tokens.json"
 OUTPUTS = (PLAN, TOKENIZER, TOKENS, TOKENS_META, LOG, RESULT, PICTURE)
 DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 2_000_000}  # per model (docs/proxy-check.md: what a CPU hour affords)
 # The recipe's batch, sequence and peak learning rate where not given. A GPU's is the pilot's
@@ -45,13 +46,9 @@ DEFAULT_TOKENS = {"cuda": 20_000_000, "cpu": 2_000_000}  # per model (docs/proxy
 # decide how far a model gets: smaller batches of shorter sequences, the same rate (a higher one sped the
 # small models and inverted the ranking: docs/proxy-check.md, "The recipe").
 DEFAULT_RECIPE = {"cuda": {"batch": 64, "sequence": 256, "lr": 1e-3}, "cpu": {"batch": 8, "sequence": 64, "lr": 1e-3}}
-# Models trained at once: small models leave a GPU mostly idle; a CPU trains one per core, one thread each
-# (None), since one small model scales poorly over threads (two ran 2.5-3.5x slower than one on a busy
-# 2-core machine: docs/proxy-check.md).
-DEFAULT_PARALLEL = {"cuda": 4, "cpu": None}
+MIN_LR = 1e-6  # --lr's lowest (the command line's range)
 REPEAT_WARNING = 2.0  # passes over the training text per model above which memorising gets a say
 ANNOUNCE_BYTES = 5_000_000  # a text this large takes long enough to tokenize to say so
-RESTART_HINT = "pass --restart to discard it, or choose another --out"
 
 
 @dataclass
@@ -70,7 +67,7 @@ class CheckOptions:
     sequence: int | None = None  # None: DEFAULT_RECIPE's of the device, or the space's n_positions if shorter
     lr: float | None = None  # peak learning rate; None: DEFAULT_RECIPE's of the device
     device: str = "auto"
-    parallel: int | None = None  # None: DEFAULT_PARALLEL of the device
+    parallel: int | None = None  # None: trainer.DEFAULT_PARALLEL of the device
     threads: int | None = None  # torch threads per model on a CPU; None: every core, shared by the models at once
     seed: int = 0
     out: Path = Path("ltsedge-proxy-check")
@@ -102,6 +99,8 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
         raise LtsedgeError("--device cuda: torch sees no CUDA GPU on this machine (install a CUDA build of torch, "
                            "or use --device cpu)")
     kind = "cuda" if device.startswith("cuda") else "cpu"
+    if options.lr is not None and not MIN_LR <= options.lr <= 1:  # as the command line's range; NaN too (plan.json)
+        raise LtsedgeError(f"--lr {options.lr} is not a learning rate from {MIN_LR:g} to 1")
     defaults = DEFAULT_RECIPE[kind]
     recipe = Recipe(batch=options.batch or defaults["batch"], lr=options.lr or defaults["lr"],
                     sequence=_sequence(options.sequence, space, defaults["sequence"]))
@@ -120,16 +119,20 @@ def run_check(options: CheckOptions, log: Callable[[str], None]) -> dict:
                     "models": [p.to_dict() for p in planned], "tokens_per_model": per_model,
                     "recipe": recipe.to_dict(), "seed": options.seed, "precision": "bf16" if kind == "cuda" else "fp32"}
         identity = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-        done = _read_log(outdir, identity)
-        write_file(outdir.path(PLAN), json.dumps({"identity": identity, **settings}, indent=1).encode())
+        done, refused = read_log(outdir, identity, planned, recipe, per_model)
+        if refused:
+            log(f"warning: {outdir.root / LOG}: {refused} line(s) damaged or of other models left out (a model "
+                "without a good line is trained again)")
+        plan_json = json.dumps({"identity": identity, **settings}, indent=1, allow_nan=False)
+        write_file(outdir.path(PLAN), plan_json.encode())
         plan = _plan_summary(text, tokenizer_info, ids, parts, space, planned, recipe, per_model, device, options)
         for warning in plan["warnings"]:
             log(f"warning: {warning}")
         log(_plan_line(plan, planned, done))
         todo = [p for p in planned if p.index not in done]
         if todo:
-            _train(todo, planned, done, parts, recipe, per_model, device, kind, options, outdir, identity, log,
-                   data=_tokens_data(outdir, ids, recipe, options.seed))
+            train_models(todo, planned, done, parts, recipe, per_model, device, kind, options, outdir, identity, log,
+                         data=_tokens_data(outdir, ids, recipe, options.seed))
         missing = [p for p in planned if p.index not in done]
         summary = report.summarize([done[p.index] for p in planned if p.index in done], plan)
         summary["missing"] = [p.arch.id for p in missing]
@@ -189,7 +192,7 @@ def _tokens(options: CheckOptions, given, space: SearchSpace, text, outdir: Outp
     write_file(outdir.path(TOKENS), memoryview(ids))
     write_file(outdir.path(TOKENS_META), json.dumps({"text": text.sha256, "tokenizer": info["identity"],
                                                           "dtype": ids.dtype.str, "count": int(ids.size),
-                                                          "vocab_size": vocab}).encode())
+                                                          "vocab_size": vocab}, allow_nan=False).encode())
     return {**info, "vocab_size": vocab}, ids, vocab
 
 
@@ -289,110 +292,3 @@ def _plan_line(plan: dict, planned: list[Planned], done: dict) -> str:
     return (f"plan: {', '.join(parts)}; {plan['tokens_per_model']:,} tokens each ({plan['steps_per_model']} steps of "
             f"{plan['recipe']['batch']} x {plan['recipe']['sequence']}) on {plan['device']}; text {t['tokens']:,} "
             f"tokens, {t['held_out_share']:.1%} held out in {t['held_out_chunks']} chunks{resumed}")
-
-
-# --- the log of finished models -----------------------------------------------------------------------
-def _read_log(outdir: OutputDir, identity: str) -> dict[int, dict]:
-    """The models a previous run finished under this identity; a log of other settings is refused. A line cut
-    short by a kill is dropped (and cut off the file, so the next line starts clean)."""
-    path = outdir.root / LOG
-    if not (outdir.owns(LOG) and path.is_file()):
-        return {}
-    raw = path.read_bytes()
-    complete = raw[:raw.rfind(b"\n") + 1]
-    if len(complete) != len(raw):
-        with open(path, "r+b") as f:
-            f.truncate(len(complete))
-    lines = complete.decode(errors="replace").splitlines()
-    try:
-        header = json.loads(lines[0]) if lines else {}
-    except json.JSONDecodeError:
-        header = {}
-    if lines and header.get("identity") != identity:
-        raise LtsedgeError(f"{outdir.root} holds a check of other settings (text, tokenizer, space, models, tokens, "
-                           f"recipe or device); {RESTART_HINT}")
-    done = {}
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-            done[int(record["index"])] = record
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue
-    return done
-
-
-def _append(outdir: OutputDir, identity: str, record: dict) -> None:
-    path = outdir.path(LOG)
-    new = not path.exists() or path.stat().st_size == 0
-    with open(path, "ab") as f:
-        if new:
-            f.write((json.dumps({"identity": identity, "format": report.FORMAT}) + "\n").encode())
-        f.write((json.dumps(record) + "\n").encode())
-        f.flush()
-        os.fsync(f.fileno())
-
-
-# --- training -----------------------------------------------------------------------------------------
-def plan_workers(kind: str, parallel: int | None, threads: int | None, models: int, cores: int | None = None
-                 ) -> tuple[int, int]:
-    """(models trained at once, torch threads each): as given, else ``DEFAULT_PARALLEL`` of the device (a
-    CPU: one per core), never more than the models left; the cores shared among them."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = max(1, min(parallel or DEFAULT_PARALLEL[kind] or cores, models))
-    return workers, threads or max(1, cores // workers)
-
-
-def _train(todo: list[Planned], planned: list[Planned], done: dict, parts, recipe, per_model: int, device: str,
-           kind: str, options: CheckOptions, outdir: OutputDir, identity: str, log, data) -> None:
-    import torch
-
-    from ltsedge.proxycheck.training import flops_per_token, train_one
-
-    workers, threads = plan_workers(kind, options.parallel, options.threads, len(todo))
-    steps = recipe.steps(per_model)
-    work = {p.index: flops_per_token(p.arch, recipe.sequence) * steps * recipe.tokens_per_step for p in planned}
-    by_index = {p.index: p for p in planned}
-    total = len(planned)
-
-    progress = CheckProgress(sum(work.values()), sum(work[i] for i in done), total, len(done), quiet=options.quiet)
-
-    def started(index: int) -> None:
-        p = by_index[index]
-        progress.started(index, f"{p.role} {p.arch.n_layer}x{p.arch.d_model} "
-                                f"{count_params(p.arch).decoder_params / 1e6:.2f}M", steps, work[index])
-
-    def finished(index: int, result: dict) -> None:
-        p = by_index[index]
-        record = {"index": index, "role": p.role, "id": p.arch.id, "n_layer": p.arch.n_layer,
-                  "d_model": p.arch.d_model, **sampling.counts(p.arch), **result, "architecture": p.arch.to_dict()}
-        _append(outdir, identity, record)
-        done[index] = record
-        progress.finished(index)
-        loss = f"{result['held_out_loss']:.4f}" if result["held_out_loss"] is not None else "diverged"
-        progress.print(f"[{len(done)}/{total}] {p.role} {p.arch.id} {record['decoder_params'] / 1e6:.2f}M decoder "
-                       f"parameters: held-out loss {loss} ({result['tokens']:,} tokens in {result['seconds']:.0f} s, "
-                       f"{result['tokens_per_second'] or 0:,.0f} tokens/s)")
-
-    def failed(index: int, why: str) -> None:
-        progress.finished(index, trained=False)
-        log(f"warning: {by_index[index].arch.id} failed ({why}); the others go on, and a rerun tries it again")
-
-    with progress:
-        if workers == 1:
-            torch.set_num_threads(threads)  # by default every core, for the one model in training
-            for p in todo:
-                started(p.index)
-                try:
-                    result = train_one(p.arch, recipe, parts.train, parts.held_out, per_model, options.seed, device,
-                                       on_step=lambda step, _, i=p.index: progress.step(i, step))
-                except (RuntimeError, ValueError) as e:  # e.g. out of memory: this model only
-                    failed(p.index, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                    continue
-                finished(p.index, result)
-        else:
-            from ltsedge.proxycheck.workers import Job, run_parallel
-
-            jobs = [Job(p.index, p.arch.to_dict(), per_model, options.seed, work[p.index]) for p in todo]
-            run_parallel(jobs, workers, data, recipe.to_dict(), device, threads if kind == "cpu" else 1,
-                         on_start=started, on_step=progress.step, on_done=finished, on_error=failed)

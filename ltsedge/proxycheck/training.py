@@ -53,6 +53,10 @@ class Recipe:
         progress = (step - warmup) / max(1, steps - warmup)
         return self.lr * (self.final_lr + (1 - self.final_lr) * 0.5 * (1 + math.cos(math.pi * progress)))
 
+    def checkpoints(self, steps: int) -> dict[int, float]:
+        """The steps of ``steps`` after which the held-out loss is taken, each with its fraction."""
+        return {max(1, round(f * steps)): f for f in CHECKPOINTS}
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -87,7 +91,7 @@ def train_one(arch: Architecture, recipe: Recipe, train: np.ndarray, held_out: n
                                    {"params": vectors, "weight_decay": 0.0}], lr=recipe.lr, betas=(0.9, recipe.beta2))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else nullcontext()
     steps = recipe.steps(tokens)
-    marks = {max(1, round(f * steps)): f for f in CHECKPOINTS}
+    marks = recipe.checkpoints(steps)
     window = np.arange(recipe.sequence + 1)
     order = np.random.default_rng(seed)  # the same batches, in the same order, for every model
     checkpoints, train_loss = [], None
@@ -105,18 +109,23 @@ def train_one(arch: Architecture, recipe: Recipe, train: np.ndarray, held_out: n
             group["lr"] = recipe.lr_at(step, steps)
         optimizer.step()
         if step in marks:
-            train_loss = float(loss.detach())
+            train_loss = _finite(float(loss.detach()))
             checkpoints.append({"fraction": marks[step], "step": step, "tokens": step * recipe.tokens_per_step,
-                                "held_out_loss": held_out_loss(model, held_out, device)})
+                                "held_out_loss": _finite(held_out_loss(model, held_out, device))})
         if on_step is not None:
             on_step(step, steps)
     seconds = time.time() - started
     used = steps * recipe.tokens_per_step
     final = checkpoints[-1]["held_out_loss"]
-    return {"held_out_loss": final if math.isfinite(final) else None, "diverged": not math.isfinite(final),
+    return {"held_out_loss": final, "diverged": final is None,
             "train_loss": train_loss, "checkpoints": checkpoints, "steps": steps, "tokens": used,
             "seconds": round(seconds, 3), "tokens_per_second": round(used / seconds, 1) if seconds > 0 else None,
             "device": device}
+
+
+def _finite(loss: float) -> float | None:
+    """A loss, or None where training diverged (the log and the result are strict JSON: no NaN, no Infinity)."""
+    return loss if math.isfinite(loss) else None
 
 
 @torch.no_grad()
