@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -167,6 +168,39 @@ def test_a_fit_in_which_more_parameters_do_not_help_is_refused(tmp_path):
         load_proxy(rising, "gpt2")
     one_line_exit_2(run_ltsedge("search", "--preset", "smoke", "--proxy", rising, "--out", tmp_path / "o"),
                     "predicts no lower loss")
+
+
+def test_a_fit_whose_predictions_overflow_over_the_space_is_refused(tmp_path):
+    """Finite coefficients whose predicted loss overflows to infinity in the space: refused before the search
+    writes anything (frontier.json would hold Infinity, which strict JSON parsers refuse)."""
+    space = get_preset("smoke").space()
+    data = json.loads(Path(check_result(tmp_path / "c.json", space)).read_text())
+    data["fitted"]["coefficients"] = {"a": 1.7e308, "b": -1e306, "c": 1e308}
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(data))
+    with pytest.raises(LtsedgeError, match="predicts a held-out loss of inf nats in this space"):
+        resolve(SearchOptions(preset="smoke", proxy=str(huge)))
+    data["fitted"]["coefficients"] = {"a": 5e6, "b": -0.3, "c": 0.05}  # finite, but no loss of a few nats
+    large = tmp_path / "large.json"
+    large.write_text(json.dumps(data))
+    one_line_exit_2(run_ltsedge("search", "--preset", "smoke", "--proxy", large, "--out", tmp_path / "o"),
+                    "predicts a held-out loss of 5e+06 nats")
+    assert not (tmp_path / "o").exists()
+    sane = check_result(tmp_path / "sane.json", space, depth_cost=0.05)
+    settings, _ = resolve(SearchOptions(preset="smoke", proxy=sane))  # a fit of a loss passes
+    assert 0 < settings.proxy.predict(space.sample(1, seed=0)[0]) < 20
+
+
+def test_a_search_writes_no_json_a_strict_parser_refuses(tmp_path):
+    from ltsedge.search.outputs import _write_json
+
+    path = tmp_path / "frontier.json"
+    with pytest.raises(LtsedgeError, match="frontier.json not written"):
+        _write_json(path, {"models": [{"id": "a", "predicted_loss": math.inf}]})
+    assert not path.exists() and not list(tmp_path.iterdir())  # nothing half written
+    _write_json(path, {"models": [{"id": "a", "predicted_loss": 3.25}]})
+    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c)) == {
+        "models": [{"id": "a", "predicted_loss": 3.25}]}
 
 
 def test_the_proxy_is_part_of_the_search_identity(tmp_path):

@@ -22,6 +22,10 @@ from ltsedge.validate import is_number
 
 PROXIES = ("decoder",)  # the built-in proxy names; anything else is a check's file
 MAX_EXPONENT = 300.0  # of merit's depth factor: e^300 is far inside a float's range
+# The largest predicted loss (nats) a fit may give anywhere in a search's space: a loss is a few nats, and a
+# larger prediction (or one past a float's range, written as Infinity) is of damaged or meaningless coefficients;
+# it also stays far below the search's objective for a failed candidate (search/problem.py, 1e9).
+MAX_PREDICTION = 1e6
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,9 @@ def read_check(path: str | Path, what: str = "proxy-check result") -> dict:
     return data
 
 
-def load_proxy(path: str | Path, backbone: str, max_layers: int | None = None) -> FittedProxy:
-    """``--proxy FILE``: the fitted proxy of a check of ``backbone``'s space (of models up to ``max_layers``
-    deep)."""
+def load_proxy(path: str | Path, backbone: str, space=None) -> FittedProxy:
+    """``--proxy FILE``: the fitted proxy of a check of ``backbone``'s space, for a search of ``space`` (a
+    ``SearchSpace``; None: checked without one)."""
     data = read_check(path, "--proxy")
     fitted = data.get("fitted")
     coefficients = fitted.get("coefficients") if isinstance(fitted, dict) else None
@@ -79,14 +83,37 @@ def load_proxy(path: str | Path, backbone: str, max_layers: int | None = None) -
         raise LtsedgeError(f"--proxy {path}: its fit predicts no lower loss for more decoder parameters "
                            f"(b = {coefficients['b']:+.3g} per ln parameter); search with --proxy decoder, or check "
                            "with more tokens per model")
+    max_layers = space.max_layers if space is not None else None
     depth_term = abs(coefficients["c"] / coefficients["b"]) * (max_layers or 0)
     if depth_term > MAX_EXPONENT:  # merit's exponent: beyond it the depth term would be clipped, and ranks lost
         raise LtsedgeError(f"--proxy {path}: its fit is too flat in parameters to rank this space (its depth term "
                            f"is worth a factor e^{depth_term:.0f} of decoder parameters over {max_layers} layers); "
                            "search with --proxy decoder, or check with more tokens per model")
+    if space is not None:
+        _check_predictions(path, coefficients, space)
     loo = fitted.get("loo_rmse")
     return FittedProxy(float(coefficients["a"]), float(coefficients["b"]), float(coefficients["c"]), backbone,
                        data["_sha256"], float(loo) if is_number(loo) else None)
+
+
+def _check_predictions(path, coefficients: dict, space) -> None:
+    """Refuse a fit whose predicted loss leaves ``MAX_PREDICTION`` anywhere in ``space``. The prediction is
+    linear in ln(decoder parameters) and n_layer, so its extremes lie at the corners of their ranges: from one
+    parameter (``predict``'s floor) to the widest model, from the fewest layers to the most."""
+    import dataclasses
+
+    widest = []
+    for depth in space.n_layer:  # the widest model at each depth, as the hypervolume's scale takes it
+        at_depth = dataclasses.replace(space, n_layer=(depth,))
+        widest.append(count_params(at_depth.decode(at_depth.upper_bounds)).decoder_params)
+    a, b, c = (coefficients[k] for k in "abc")
+    sizes, depths = (0.0, math.log(max(*widest, 1))), (min(space.n_layer), space.max_layers)
+    corners = [a + b * x + c * n for x in sizes for n in depths]  # as predict computes it
+    if not all(math.isfinite(v) and abs(v) <= MAX_PREDICTION for v in corners):
+        worst = max(corners, key=lambda v: abs(v) if math.isfinite(v) else math.inf)
+        raise LtsedgeError(f"--proxy {path}: its fit predicts a held-out loss of {worst:.3g} nats in this space, "
+                           f"beyond {MAX_PREDICTION:.0e} (a loss is a few nats): not the fit of a check; run the "
+                           "check again, or search with --proxy decoder")
 
 
 def find_check(out_dir: str | Path) -> Path | None:

@@ -96,7 +96,7 @@ def _proxy(given: str, space):
     """None for decoder parameters (the study's proxy), else the fitted proxy of a proxy-check's file."""
     from ltsedge.proxycheck.fitted import PROXIES, load_proxy
 
-    return None if given in PROXIES else load_proxy(given, space.backbone, space.max_layers)
+    return None if given in PROXIES else load_proxy(given, space.backbone, space)
 
 
 def _objective(given: str | None, backbone) -> str:

@@ -8,6 +8,7 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ltsedge.errors import LtsedgeError
 from ltsedge.search.frontier import PublishedModel
 
 if TYPE_CHECKING:
@@ -66,8 +67,15 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
 
 
 def _write_json(path: Path, data) -> None:
+    """Strict JSON, which any parser reads: no NaN or Infinity. Every figure is finite upstream (a fitted
+    proxy's predictions over the space, ``proxycheck.fitted.load_proxy``); one that is not ends the write
+    in one line before the file is touched (the measurements stay in the store and the candidate log)."""
+    try:
+        text = json.dumps(data, indent=2, default=str, allow_nan=False)
+    except ValueError as e:
+        raise LtsedgeError(f"{path.name} not written: {e} (a figure is not finite)") from None
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.write_text(text + "\n")
     tmp.replace(path)
 
 
