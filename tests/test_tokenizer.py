@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from ltsedge.backbones import get_backbone
 from ltsedge.exporters.bundle import export_to_path
 from ltsedge.exporters.options import ExportOptions
 from tests.conftest import TINY_VOCAB, tiny_arch
-from tests.helpers import one_line_exit_2, run_ltsedge
+from tests.helpers import one_line_exit_2, reference_tokens, run_ltsedge
 
 SENTENCES = ["the quick brown fox jumps over the lazy dog", "a small model speaks in small tokens",
              "the dog sleeps while the fox runs away", "tokens in, tokens out: a tiny vocabulary"]
@@ -117,3 +119,102 @@ def test_a_tokenizer_that_fits_exactly_is_accepted(tmp_path):
     _, files = export_to_path(tiny_arch(), tmp_path / "b", ExportOptions(variant="generate"), tokenizer=tokenizer)
     assert str(tmp_path / "b" / "tokenizer.json") in files
     assert json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
+
+
+CHATML = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2: SmolLM2's special tokens
+TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+
+
+def chatml_tokenizer(folder, **named):
+    """A tokenizer folder as transformers saves it (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+    chat_template.jinja): byte-level BPE, bos <|im_start|> (1), eos and pad <|im_end|> (2) unless ``named`` says
+    otherwise. tokenizer.json's names alone give none of them (<|endoftext|> looks like GPT-2's eos)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    model = tokenizers.Tokenizer(models.BPE())
+    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = decoders.ByteLevel()
+    model.train_from_iterator(SENTENCES * 5, trainers.BpeTrainer(
+        vocab_size=TRAINED_VOCAB, special_tokens=CHATML, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    special = {"bos_token": CHATML[1], "eos_token": CHATML[2], "pad_token": CHATML[2], **named}
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=model, unk_token=CHATML[0], **special)
+    hf.chat_template = TEMPLATE
+    hf.save_pretrained(str(folder))
+    return folder
+
+
+def tokens_hitting(arch, prompt, eos: int, step: int):
+    """A tied Llama's trained-like weights whose greedy generation after ``prompt`` yields ``eos`` at ``step``:
+    the token it yields there is swapped with ``eos`` in the tied embedding (in and out), which relabels the
+    two and changes nothing else. Returns (state_dict, the tokens before eos)."""
+    model = get_backbone(arch.backbone).build_model(arch, seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8)  # far from the init: a varied sequence
+        greedy = reference_tokens(model, prompt, step + 1)
+        hit = greedy[step]
+        assert hit not in (*prompt, *greedy[:step], eos) and eos not in (*prompt, *greedy[:step]), greedy
+        table = model.embed_tokens.weight
+        table[[eos, hit]] = table[[hit, eos]].clone()
+        assert reference_tokens(model, prompt, step + 1) == greedy[:step] + [eos]
+    return model.state_dict(), greedy[:step]
+
+
+def test_the_tokenizers_special_tokens_and_chat_template_reach_every_config_and_genai_stops_at_eos(tmp_path,
+                                                                                                   arch_file):
+    og = pytest.importorskip("onnxruntime_genai")
+    transformers = pytest.importorskip("transformers")
+    arch = tiny_arch(backbone="llama", n_head=[4, 4], n_kv_head=[2, 2], head_dim=16, d_inner=[128, 96])
+    prompt = [5, 9, 12, 20]
+    state, before = tokens_hitting(arch, prompt, eos=2, step=3)
+    torch.save(state, tmp_path / "w.pt")
+    folder = chatml_tokenizer(tmp_path / "tok")
+    proc = run_ltsedge("export", arch_file(arch), "--variant", "generate", "--weights", tmp_path / "w.pt",
+                       "--tokenizer", folder, "-o", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    bundle = tmp_path / "b"
+    for name in ("genai_config.json", "config.json", "generation_config.json"):
+        document = json.loads((bundle / name).read_text())
+        document = document.get("model", document)
+        assert [document[f"{kind}_token_id"] for kind in ("bos", "eos", "pad")] == [1, 2, 2], name  # were 0, 0, 0
+    assert (bundle / "chat_template.jinja").read_text() == TEMPLATE
+    assert json.loads((bundle / "tokenizer_config.json").read_text())["chat_template"] == TEMPLATE
+
+    model = og.Model(str(bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + 12)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    generated = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        generated.append(int(generator.get_next_tokens()[0]))
+    assert generated == before + [2]  # stopped at <|im_end|>, not at max_length
+
+    messages = [{"role": "user", "content": "hi there"}]
+    hf = transformers.AutoTokenizer.from_pretrained(str(bundle))
+    text = hf.apply_chat_template(messages, tokenize=False)
+    assert text == "<|im_start|>user\nhi there<|im_end|>\n" and hf.eos_token_id == 2
+    assert og.Tokenizer(model).apply_chat_template(json.dumps(messages)) == text  # genai: tokenizer_config.json's
+
+
+def test_a_model_config_beside_the_tokenizer_names_its_ids_first_and_an_id_beyond_the_vocabulary_is_refused(
+        tmp_path, arch_file):
+    """SmolLM2's converted tokenizer_config.json names <|im_start|> as eos where its config.json says 2: the
+    model's configs decide (what transformers generates with); a generation_config.json's list of eos ids is kept."""
+    folder = chatml_tokenizer(tmp_path / "tok", eos_token=CHATML[1], pad_token=CHATML[0])
+    (folder / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0], "pad_token_id": None}))
+    _, _ = export_to_path(tiny_arch(), tmp_path / "b", ExportOptions(variant="generate"), tokenizer=folder)
+    for name in ("genai_config.json", "config.json", "generation_config.json"):
+        document = json.loads((tmp_path / "b" / name).read_text())
+        document = document.get("model", document)
+        assert [document[f"{kind}_token_id"] for kind in ("bos", "eos", "pad")] == [1, [2, 0], 2], name
+
+    (folder / "config.json").write_text(json.dumps({"bos_token_id": TINY_VOCAB}))
+    proc = run_ltsedge("export", arch_file(), "--variant", "generate", "--tokenizer", folder, "-o", tmp_path / "c")
+    one_line_exit_2(proc, f"{folder / 'config.json'}: bos_token_id {TINY_VOCAB} is not a token id of the model "
+                          f"(0 to {TINY_VOCAB - 1})")
+    assert not (tmp_path / "c").exists()

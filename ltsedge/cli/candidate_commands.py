@@ -77,9 +77,14 @@ def export(
                                 help="The ONNX file (forward), or the bundle directory (generate)."),
     variant: str = typer.Option("forward", "--variant", help="forward: input_ids -> logits over a whole sequence; "
                                 "generate: a deployable bundle with a KV cache (onnxruntime-genai, Optimum naming)."),
-    weights: Optional[Path] = typer.Option(None, "--weights", help="Trained weights: a state_dict of ltsedge's "
-                                           "reference model (.pt or .safetensors). Default: random weights."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="A tokenizer.json, or the folder holding one, to put in the bundle (its tokenizer_config.json and special_tokens_map.json go with it, made from tokenizer.json when absent)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="Trained weights, .pt or .safetensors: a "
+                                           "state_dict of ltsedge's reference model, or of transformers' "
+                                           "LlamaForCausalLM (its model.safetensors). Default: random weights."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", help="A tokenizer.json, or the folder holding one, to put in the bundle: its "
+        "tokenizer_config.json and special_tokens_map.json go with it (made from tokenizer.json when absent), and "
+        "its chat template; the bundle's configs take its bos/eos/pad ids (from generation_config.json or "
+        "config.json beside it first)."),
     external_data: Optional[bool] = typer.Option(None, "--external-data/--inline-data",
                                                  help="Weights in <model>.data beside the model (default: over 2 GB)."),
     target_ort: Optional[str] = typer.Option(

@@ -36,21 +36,26 @@ LAYER_NORM_EPS = 1e-5  # both families' (ltsedge.backbones.gpt2.model, opt.model
 HF_FAMILIES = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM"}
 
 
-def special_token_ids(arch, tokenizer: dict | None = None) -> dict[str, int]:
-    """bos/eos/pad ids from the tokenizer's special tokens; eos defaults to the last id (GPT-2's rule),
-    bos and pad to eos."""
+def special_token_ids(arch, tokenizer: dict | None = None, given: dict | None = None) -> dict:
+    """bos/eos/pad ids: ``given``'s (those the tokenizer's files name, ``exporters.tokenizer``), else found among
+    tokenizer.json's special tokens by name; eos defaults to the last id (GPT-2's rule), bos and pad to eos
+    (its first, where it is a list)."""
     tokens = (tokenizer or {}).get("added_tokens") or []
     special = {str(t.get("content", "")).lower(): t["id"] for t in (tokens if isinstance(tokens, list) else [])
                if isinstance(t, dict) and t.get("special") and type(t.get("id")) is int  # not a bool
                and 0 <= t["id"] < arch.vocab_size}
+    given = given or {}
 
-    def find(*words: str) -> int | None:
+    def find(kind: str, *words: str):
+        if f"{kind}_token_id" in given:
+            return given[f"{kind}_token_id"]
         return next((tid for content, tid in special.items() if any(w in content for w in words)), None)
 
-    eos = find("endoftext", "</s>", "eos")
+    eos = find("eos", "endoftext", "</s>", "eos")
     eos = arch.vocab_size - 1 if eos is None else eos
-    bos, pad = find("<s>", "bos", "startoftext"), find("pad")
-    return {"bos_token_id": eos if bos is None else bos, "eos_token_id": eos, "pad_token_id": eos if pad is None else pad}
+    first = eos[0] if isinstance(eos, list) else eos
+    bos, pad = find("bos", "<s>", "bos", "startoftext"), find("pad", "pad")
+    return {"bos_token_id": first if bos is None else bos, "eos_token_id": eos, "pad_token_id": first if pad is None else pad}
 
 
 def shares_buffer(arch, proto) -> bool:
@@ -62,8 +67,9 @@ def shares_buffer(arch, proto) -> bool:
     return fused > 0 and fused == len(cache_layers(arch))
 
 
-def genai_config(arch, spec, model_file: str, tokenizer: dict | None = None, share_buffer: bool = False) -> dict:
-    tokens = special_token_ids(arch, tokenizer)
+def genai_config(arch, spec, model_file: str, tokens: dict | None = None, share_buffer: bool = False) -> dict:
+    """``tokens``: the bos/eos/pad ids (``special_token_ids``'s; None: its defaults)."""
+    tokens = tokens or special_token_ids(arch)
     context = arch.n_positions
     # genai's "layers" are the caches: one per attention layer (FFN-only PAR layers have none).
     # One head count for all in genai's schema: the first cache's as declared (H, every cache's, if uniform),
@@ -131,10 +137,11 @@ def hf_family(arch) -> str | None:
     return arch.backbone if arch.backbone in HF_FAMILIES else None
 
 
-def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = None) -> dict:
+def hf_config(arch, tokens: dict | None = None, cache_layout: str | None = None) -> dict:
     """A Hugging Face config: the family's ``model_type`` and field names where its reading is true
     (``hf_family``; a backbone's own ``hf_config_fields`` where it declares its ``hf_model_type``), ltsedge's
-    own type with GPT-2's names otherwise; the output layer's tying; every layer's heads (and key/value
+    own type with GPT-2's names otherwise; the output layer's tying; the bos/eos/pad ``tokens``
+    (``special_token_ids``'s; None: its defaults); every layer's heads (and key/value
     heads where set), head size, FFN width and block type under ``ltsedge`` (and its ``n_layer``), and a KV-cache
     backbone's cache layout (``cache_layout``, None: the default) with the heads its first cache is stored
     in (``cache_heads``: H, every cache's, in the uniform layout). The standard head field holds those (one
@@ -169,7 +176,7 @@ def hf_config(arch, tokenizer: dict | None = None, cache_layout: str | None = No
         **fields,
         "tie_word_embeddings": arch.tie_embeddings is not False,
         "use_cache": True,
-        **special_token_ids(arch, tokenizer),
+        **(tokens or special_token_ids(arch)),
         "ltsedge": {"version": ltsedge.__version__, "id": arch.id, "architecture": arch.to_dict(),
                     "n_layer": arch.n_layer, "n_head_per_layer": list(arch.n_head), **per_layer_kv,
                     "head_dim_per_layer": list(arch.d_head),
@@ -196,8 +203,8 @@ def _opt_fields(arch, heads: int, layers: int) -> dict:
             "dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0}
 
 
-def hf_generation_config(arch, tokenizer: dict | None = None) -> dict:
-    ids = special_token_ids(arch, tokenizer)
+def hf_generation_config(arch, tokens: dict | None = None) -> dict:
+    ids = tokens or special_token_ids(arch)
     return {"bos_token_id": ids["bos_token_id"], "eos_token_id": ids["eos_token_id"],
             "pad_token_id": ids["pad_token_id"], "max_length": arch.n_positions, "do_sample": False,
             "use_cache": True, "transformers_version": None, "ltsedge_version": ltsedge.__version__}

@@ -1,4 +1,5 @@
-"""Trained weights in: a PyTorch ``state_dict`` of ltsedge's reference model, from ``.pt`` or ``.safetensors``.
+"""Trained weights in: a PyTorch ``state_dict`` of ltsedge's reference model, from ``.pt`` or ``.safetensors``
+(transformers' ``LlamaForCausalLM`` has its names, under ``model.``, and its tied ``lm_head``).
 
 Reading never runs code from the file: ``torch.load(weights_only=True)`` or safetensors; a file that
 cannot be read so is refused in ltsedge's own words (torch's warnings silenced, and never its advice to
