@@ -773,7 +773,7 @@ def test_benchmark_json_is_github_action_benchmark_s_custom_smaller_is_better(tm
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kinds_dir(tmp_path_factory):
-    """One architecture as a forward model, a generate model and an int8 forward model."""
+    """One architecture as a forward model, a generate model, an int8 forward model and an int8 generate model."""
     from ltsedge.exporters.options import ExportOptions
 
     d = tmp_path_factory.mktemp("check-kinds")
@@ -781,6 +781,7 @@ def kinds_dir(tmp_path_factory):
     export_model(arch).save(d / "forward.onnx")
     export_model(arch, ExportOptions(variant="generate")).save(d / "generate.onnx")
     export_model(arch, ExportOptions(precision="int8")).save(d / "int8.onnx")
+    export_model(arch, ExportOptions(variant="generate", precision="int8")).save(d / "generate-int8.onnx")
     return d
 
 
@@ -853,6 +854,71 @@ def test_a_record_without_the_decode_context_does_not_compare_a_generate_model(k
         del r["settings"], r["variant"]
     data["fingerprint"]["settings"].pop("huge_pages", None)  # before huge_pages: it was off
     assert kinds_check(kinds_dir, ["forward.onnx"], fast, against=write_json(tmp_path, data)).results[0].previous
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_model_takes_the_entry_of_its_own_variant_whatever_the_order(kinds_dir, tmp_path, fast, order):
+    """A file of one architecture's fp32 generate and forward entries: the int8 generate model compares with
+    the generate entry under --force; the forward entry, last in the file, had been taken and refused."""
+    names = ["generate.onnx", "forward.onnx"][::order]
+    data = previous_of(kinds_check(kinds_dir, names, fast), {str(kinds_dir / n): f"old/{n}" for n in names})
+    prev = write_json(tmp_path, data)
+    forced = kinds_check(kinds_dir, ["generate-int8.onnx"], fast, against=prev, force=True)
+    (result,) = forced.results
+    assert (result.previous.model, result.matched_by) == ("old/generate.onnx", "architecture id")
+    assert any("precision = fp32 then, int8 now" in n for n in forced.notes)
+    with pytest.raises(LtsedgeError, match=r"precision = fp32 then, int8 now\); pass --force"):
+        kinds_check(kinds_dir, ["generate-int8.onnx"], fast, against=prev)
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_the_model_of_the_same_kind_gets_the_entry_whichever_model_comes_first(kinds_dir, tmp_path, fast, order):
+    """One fp32 generate entry and both generate models in the run: the fp32 one compares with it, the int8
+    one has no entry (first, it had taken the fp32 model's entry and been refused for its precision)."""
+    data = previous_of(kinds_check(kinds_dir, ["generate.onnx"], fast), {str(kinds_dir / "generate.onnx"): "g.onnx"})
+    names = ["generate-int8.onnx", "generate.onnx"][::order]
+    report = kinds_check(kinds_dir, names, fast, against=write_json(tmp_path, data))
+    int8, fp32 = report.results[::order]
+    assert (fp32.previous.model, fp32.matched_by) == ("g.onnx", "architecture id")
+    assert int8.previous is None and "no regression check" in int8.notes[0]
+
+
+def old_profile_record(kinds_dir, model, sha256, fast):
+    """`profile --json` of an ONNX file before it recorded its figures' kind: precision null, no settings."""
+    from ltsedge.check.model_files import inspect_model
+
+    return {"model": model, "sha256": sha256, "variant": "forward", "precision": None, "ok": True,
+            "latency_ms": 10.0, "peak_memory_mb": 100.0, "shapes": None, "fingerprint": fake_fingerprint(fast),
+            "architecture_id": inspect_model(kinds_dir / "forward.onnx").architecture_id}
+
+
+def test_a_record_without_a_precision_reads_it_where_the_file_says(kinds_dir, tmp_path, fast, monkeypatch):
+    """`profile --json` wrote "precision": null for an ONNX file: a forward fp32 model was refused."""
+    from ltsedge.check.model_files import inspect_model
+
+    monkeypatch.chdir(tmp_path)
+    sha = inspect_model(kinds_dir / "forward.onnx").sha256
+    # the record's sha256 is the model's: the same bytes, the same precision (its file is elsewhere now)
+    prev = write_json(tmp_path, old_profile_record(kinds_dir, "/ci/gone/forward.onnx", sha, fast), "same.json")
+    (result,) = kinds_check(kinds_dir, ["forward.onnx"], fast, against=prev).results
+    assert result.matched_by == "sha256" and result.previous.kind.precision == "fp32"
+    # a rebuild of the model: the file the record names still holds the recorded bytes, and says fp32
+    rebuilt = onnx.load(str(kinds_dir / "forward.onnx"))
+    rebuilt.doc_string = "rebuilt"
+    onnx.save(rebuilt, str(tmp_path / "rebuilt.onnx"))
+    prev = write_json(tmp_path, old_profile_record(kinds_dir, str(kinds_dir / "forward.onnx"), sha, fast), "named.json")
+    fake = FakeMeasure({"rebuilt.onnx": meas(10.0, 100.0)})
+    (result,) = check(["rebuilt.onnx"], fast, fake, budgets={"max_latency_ms": 50}, against=prev).results
+    assert result.matched_by == "architecture id" and result.previous.kind.precision == "fp32"
+    # the same file read for an int8 model: another precision, not an unknown one
+    with pytest.raises(LtsedgeError, match="precision = fp32 then, int8 now"):
+        kinds_check(kinds_dir, ["int8.onnx"], fast, against=prev)
+    # neither the model's bytes nor a file holding them: unknown, compared only with --force
+    prev = write_json(tmp_path, old_profile_record(kinds_dir, "rebuilt.onnx", sha, fast), "changed.json")
+    with pytest.raises(LtsedgeError, match=r"precision = not recorded then, fp32 now\); pass --force") as e:
+        check(["rebuilt.onnx"], fast, FakeMeasure(), budgets={"max_latency_ms": 50}, against=prev)
+    assert "\n" not in str(e.value)
+    assert check(["rebuilt.onnx"], fast, fake, budgets={"max_latency_ms": 50}, against=prev, force=True).passed
 
 
 def test_profile_json_records_what_its_figures_are_of(kinds_dir, tmp_path):

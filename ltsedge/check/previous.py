@@ -19,47 +19,20 @@ figure is of another workload (a decode step against a full forward pass).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ltsedge.check.figure_kind import OTHER_VARIANT, SAME_KIND, FigureKind, precision_then, recorded_kind
 from ltsedge.devices.fingerprint import fingerprint_hash
-from ltsedge.devices.profile import LATER_SETTINGS
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import parse_json, read_text
-from ltsedge.keys import DEFAULT_VARIANT, FIGURE_SETTINGS, GENERATE_FIGURE_SETTINGS
+from ltsedge.keys import DEFAULT_VARIANT
 from ltsedge.validate import is_number
-
-NOT_RECORDED = "not recorded"
-
-
-@dataclass(frozen=True)
-class FigureKind:
-    """What a model's figures are figures of: its export variant, the precision its weights run at (None:
-    unknown, a file onnx cannot read) and the settings they depend on (``keys.figure_settings``; a setting
-    an older record leaves out is absent)."""
-    variant: str
-    precision: str | None
-    settings: dict
-
-    def differences(self, now: FigureKind) -> list[str]:
-        """What differs from ``now``, each as 'name = then then, now now' (a setting ``now`` has and this
-        record left out is a difference only where it decides a generate model's figures)."""
-        out = []
-        if self.variant != now.variant:
-            out.append(f"variant = {self.variant} then, {now.variant} now")
-        if self.precision != now.precision:
-            out.append(f"precision = {self.precision or NOT_RECORDED} then, {now.precision or 'unknown'} now")
-        for key, value in now.settings.items():
-            if key in self.settings:
-                if self.settings[key] != value:
-                    out.append(f"{key} = {self.settings[key]!r} then, {value!r} now")
-            elif key in GENERATE_FIGURE_SETTINGS and self.variant == now.variant:
-                out.append(f"{key} {NOT_RECORDED} then, {value!r} now")
-        return out
 
 
 @dataclass(frozen=True)
@@ -95,9 +68,12 @@ class Previous:
 
         Matching goes tier by tier over all models, strongest first, and a previous model is claimed
         once: ``y/model.onnx`` is never compared with ``x/model.onnx`` by file name when
-        ``x/model.onnx`` is itself in this run, matched by its path. Given each model's ``kinds``, an
-        entry of the same kind is taken before one of another (a file of fp32 and int8 entries of one
-        architecture); whether the one taken compares is ``check_entry``'s to say.
+        ``x/model.onnx`` is itself in this run, matched by its path. Given each model's ``kinds``, the
+        nearest entry is taken (``FigureKind.nearness``): the same kind, else the same variant and
+        precision, else the same variant, else another variant, over all models of the tier before the
+        next nearness, so a file of one architecture's fp32 and int8 generate and forward entries gives
+        each model its own, in any order; whether the one taken compares is ``check_entry``'s to say.
+        A precision an entry left out is read where its file says (``figure_kind.precision_then``).
         """
         tiers = (
             ("path", lambda e, path, sha, arch: normalise(e.model) == path),
@@ -107,16 +83,30 @@ class Previous:
         )
         result: list[tuple[PreviousEntry | None, str | None]] = [(None, None)] * len(models)
         claimed: set[str] = set()  # previous models (normalised paths) already matched
+        read = functools.cache(precision_then)  # each file a record names is read once
+
+        def as_read(e: PreviousEntry, i: int) -> PreviousEntry:  # ``e`` as compared with model i
+            if kinds is None or e.kind.precision is not None:
+                return e
+            precision = read(e.model, e.sha256, models[i][1], kinds[i].precision)
+            return replace(e, kind=replace(e.kind, precision=precision)) if precision else e
+
         for how, fits in tiers:
-            for i, (model, sha, arch) in enumerate(models):
-                if result[i][0] is not None:
-                    continue
-                path = normalise(model)
-                found = [e for e in self.entries if normalise(e.model) not in claimed and fits(e, path, sha, arch)]
-                # by file name only when it is unambiguous: one previous model of that name
-                if found and (how != "file name" or len({normalise(e.model) for e in found}) == 1):
-                    same = [e for e in found if kinds is None or not e.kind.differences(kinds[i])]
-                    entry = (same or found)[-1]  # several (appended JSON lines): the newest, the last one
+            for nearness in range(OTHER_VARIANT + 1):
+                for i, (model, sha, arch) in enumerate(models):
+                    if result[i][0] is not None:
+                        continue
+                    path = normalise(model)
+                    found = [as_read(e, i) for e in self.entries
+                             if normalise(e.model) not in claimed and fits(e, path, sha, arch)]
+                    # by file name only when it is unambiguous: one previous model of that name
+                    if not found or (how == "file name" and len({normalise(e.model) for e in found}) > 1):
+                        continue
+                    ranks = [SAME_KIND if kinds is None else e.kind.nearness(kinds[i]) for e in found]
+                    if min(ranks) > nearness:
+                        continue  # left to a model of this tier it is nearer to
+                    # several of the nearest (appended JSON lines): the newest, the last one
+                    entry = [e for e, rank in zip(found, ranks) if rank == min(ranks)][-1]
                     result[i] = (entry, how)
                     claimed.add(normalise(entry.model))
         return result
@@ -206,28 +196,7 @@ def _entry(raw: Any, where: str, fingerprint: dict, *, shapes_known: bool) -> Pr
     return PreviousEntry(model=model, fingerprint=fingerprint, **values, **optional,
                          latency_ratio=float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None,
                          memory_method=method if isinstance(method, str) else None,
-                         kind=_recorded_kind(raw, measured, fingerprint, where))
-
-
-def _recorded_kind(raw: dict, measured: dict, fingerprint: dict, where: str) -> FigureKind:
-    """The variant, precision and figure settings an entry records. Records that predate them: the variant
-    from the figures (a generate model's carry its decode figure), the settings from the fingerprint's
-    profile settings (a later setting left out there was at its old value), the decode context unknown."""
-    for key, kind in (("variant", str), ("precision", str), ("settings", dict)):
-        if raw.get(key) is not None and not isinstance(raw[key], kind):
-            raise LtsedgeError(f"{where}: {key} = {json.dumps(raw[key])} has the wrong type")
-    variant = raw.get("variant")
-    if variant is None:
-        generated = measured.get("workload") in ("decode", "prefill") or raw.get("decode_latency_ms") is not None
-        variant = "generate" if generated else DEFAULT_VARIANT
-    settings = raw.get("settings")
-    if settings is None:
-        profile = fingerprint.get("settings") if isinstance(fingerprint.get("settings"), dict) else {}
-        settings = {k: profile.get(k, LATER_SETTINGS.get(k)) for k in FIGURE_SETTINGS
-                    if k in profile or k in LATER_SETTINGS}
-        if variant != DEFAULT_VARIANT:
-            settings["decode_reference"] = profile.get("decode_reference", LATER_SETTINGS["decode_reference"])
-    return FigureKind(variant, raw.get("precision"), settings)
+                         kind=recorded_kind(raw, measured, fingerprint, where))
 
 
 # ---------------------------------------------------------------------------------------------
