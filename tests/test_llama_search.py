@@ -3,6 +3,8 @@ SmolLM2-135M baseline, and a tiny search of it end to end publishing int4 llama 
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 
 import numpy as np
@@ -73,6 +75,13 @@ def test_a_tiny_llama_edge_search_publishes_int4_llama_bundles_timed_after_2048_
         result = SearchRun(settings, profile, options.out, store, log=lambda m: None).run()
     frontier = json.loads((result.out_dir / "frontier.json").read_text())
     assert frontier["objective"] == "decode" and frontier["precision"] == "int4"
+    summary = json.loads((result.out_dir / "search.json").read_text())
+    # the candidates were bundles of GroupQueryAttention for onnxruntime 1.22, timed where apps run them
+    assert summary["export"]["graph_form"] == "contrib" and summary["export"]["target_ort"] == "1.22"
+    if importlib.util.find_spec("onnxruntime_genai"):
+        assert summary["measured_in"].startswith("onnxruntime-genai ")
+    else:
+        assert summary["measured_in"] == "onnxruntime session"
     assert frontier["models"]
     for m in frontier["models"]:
         arch = architecture_of(result.out_dir / m["onnx"])

@@ -27,6 +27,7 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.interrupts import Terminated
 from ltsedge.runners import MeasuringRunner, Runner
+from ltsedge.runners.loop import loop_label
 from ltsedge.runners.policy import Calibration, pinned_calibration
 from ltsedge.search import outputs
 from ltsedge.search.baseline import seeds_in_space
@@ -241,13 +242,26 @@ class SearchRun:
         return {
             "ltsedge": ltsedge.__version__, "settings": self.settings.to_dict(), "device": self.profile.to_dict(),
             "fingerprint": evaluator.fingerprint,
-            "export": {**self.settings.export_options.target.to_dict(), "precision": self.settings.precision},
+            "export": _export_summary_of(self.settings),
+            # What timed a candidate: onnxruntime-genai's Generator (generation bundles where it is installed)
+            # or a plain session (runners/loop.py).
+            "measured_in": loop_label(self.profile, self.settings.export_options.variant),
             "generations_completed": self.state.generation, "interrupted": interrupted,
             "wall_seconds": self.elapsed_before + time.time() - started,
             "evaluation": evaluator.stats.to_dict(), "cost_model": screening_summary(evaluator),
             "hypervolume": self.state.hv_history,
             "hypervolume_scale": self.state.hv_scale, "frontier_size": frontier_size, "versions": outputs.versions(),
         }
+
+
+def _export_summary_of(settings) -> dict:
+    """The target and form the candidates were exported for (resolved for the space's backbone: Llama's bundles
+    target the onnxruntime their default form needs)."""
+    from ltsedge.backbones import get_backbone
+
+    backbone = get_backbone(settings.space.backbone)
+    options = settings.export_options.resolved(backbone)
+    return {**options.target.to_dict(), "precision": settings.precision, "graph_form": options.graph_form_of(backbone)}
 
 
 def _saved_calibration(saved: dict, path: Path) -> Calibration:
