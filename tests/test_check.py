@@ -839,6 +839,20 @@ def test_a_setting_that_changes_a_figure_is_refused_unless_forced(kinds_dir, tmp
     assert kinds_check(kinds_dir, ["generate.onnx"], fast, against=prev).results[0].matched_by == "path"
 
 
+def test_a_generate_record_of_before_genais_loop_was_a_sessions_figure(kinds_dir, tmp_path, fast):
+    """A record written before generation bundles were timed in onnxruntime-genai's loop holds a plain session's
+    figure: against genai's now it is another figure, refused unless forced, and the message says which."""
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    data = previous_of(kinds_check(kinds_dir, ["generate.onnx"], fast))
+    for r in data["results"]:
+        assert r["settings"]["loop"].startswith("onnxruntime-genai ")
+        del r["settings"]["loop"]
+    prev = write_json(tmp_path, data)
+    with pytest.raises(LtsedgeError, match="loop = 'onnxruntime session' then, 'onnxruntime-genai .* Generator' now"):
+        kinds_check(kinds_dir, ["generate.onnx"], fast, against=prev)
+    assert kinds_check(kinds_dir, ["generate.onnx"], fast, against=prev, force=True).results[0].previous
+
+
 def test_a_record_without_the_decode_context_does_not_compare_a_generate_model(kinds_dir, tmp_path, fast):
     """Records written before the context was kept: a later setting left out was at its old value, but the
     context of a generate model is unknown."""

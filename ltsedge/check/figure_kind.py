@@ -11,6 +11,7 @@ from pathlib import Path
 from ltsedge.check.model_files import inspect_model
 from ltsedge.devices.profile import LATER_SETTINGS
 from ltsedge.errors import LtsedgeError
+from ltsedge.runners.loop import SESSION_LABEL
 from ltsedge.keys import DEFAULT_VARIANT, FIGURE_SETTINGS, GENERATE_FIGURE_SETTINGS
 
 NOT_RECORDED = "not recorded"
@@ -73,6 +74,8 @@ def recorded_kind(raw: dict, measured: dict, fingerprint: dict, where: str) -> F
                     if k in profile or k in LATER_SETTINGS}
         if variant != DEFAULT_VARIANT:
             settings["decode_reference"] = profile.get("decode_reference", LATER_SETTINGS["decode_reference"])
+    if variant != DEFAULT_VARIANT and "loop" not in settings:  # recorded before genai's loop timed bundles
+        settings = {**settings, "loop": SESSION_LABEL}
     return FigureKind(variant, raw.get("precision"), settings)
 
 
