@@ -16,7 +16,7 @@ import torch
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.backbones.transfo_xl.mems import mem_layers, mems_bytes
-from ltsedge.backbones.transfo_xl.model import TransfoXL, causal_mask, rel_shift
+from ltsedge.backbones.transfo_xl.model import TransfoXL, causal_mask, inverse_frequencies, rel_shift
 from ltsedge.devices import load_profile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
@@ -78,6 +78,26 @@ def test_rel_shift_puts_every_visible_key_at_its_distance():
         for j in range(M + i + 1):
             assert shifted[i, j] == K - 1 - (M + i - j)
     assert causal_mask(T, M).sum() == sum(M + i + 1 for i in range(T))
+
+
+@pytest.mark.parametrize("d_model", [32, 48, 64, 512])
+def test_the_frequency_table_is_the_nearest_float32_to_the_exact_values(d_model):
+    """The table is in the exported bytes: a float32 power's last bits differ by CPU (numpy's float32 table
+    for d_model 48 was 3 ulp off), the nearest float32 to the exact value is one number everywhere."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.prec = 200
+    table = inverse_frequencies(d_model)
+    assert table.dtype == np.float32 and table.shape == (d_model // 2,)
+    for k, value in enumerate(table):
+        exact = mpmath.power(10000, mpmath.mpf(-2 * k) / d_model)
+        error = abs(mpmath.mpf(float(value)) - exact)
+        for step in (np.nextafter(value, np.float32(0)), np.nextafter(value, np.float32(np.inf))):
+            assert error < abs(mpmath.mpf(float(step)) - exact), (k, value)
+    if d_model == 48:  # the exported graph holds this table, as the reference does
+        arch = txl(d_model=48, n_head=[3, 2])
+        graph = onnx.load_from_string(export_model(arch, ExportOptions(variant="forward")).to_bytes()).graph
+        held = [onnx.numpy_helper.to_array(t) for t in graph.initializer if tuple(t.dims) == (d_model // 2,)]
+        assert any(h.dtype == np.float32 and h.tobytes() == table.tobytes() for h in held)
 
 
 def test_segments_with_a_long_enough_memory_equal_one_pass():

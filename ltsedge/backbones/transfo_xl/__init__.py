@@ -17,6 +17,7 @@ class TransfoXLBackbone(PackageBackbone):
     description = "Transformer-XL: post-LayerNorm blocks, relative multi-head attention, recurrence memory"
     variants = ("forward", "generate")
     model_class = "TransfoXL"
+    graph_version = 2  # 2: the sinusoids' frequency table is the float32 nearest the exact values
     default_mem_len = 192
     supports_block_types = True
     # onnxruntime-genai runs KV caches (past_key_values / present), not a recurrence memory.

@@ -13,7 +13,9 @@ lack attention ("ffn": then it has no memory) or the FFN ("attn"). Written top t
 
 from __future__ import annotations
 
+import functools
 import math
+from decimal import Context, Decimal
 
 import numpy as np
 import torch
@@ -28,8 +30,25 @@ MASKED_SCORE = torch.finfo(torch.float32).min  # attention score of a key a quer
 
 
 def inverse_frequencies(d_model: int) -> np.ndarray:
-    """``1 / 10000^(2k / d)``, k = 0 .. d/2 - 1: the sinusoids' frequencies (numpy: the graph uses the same)."""
-    return (1.0 / 10000 ** (np.arange(0, d_model, 2, dtype=np.float32) / np.float32(d_model))).astype(np.float32)
+    """``1 / 10000^(2k / d)``, k = 0 .. d/2 - 1: the sinusoids' frequencies (the graph holds the same table).
+
+    Each is the float32 nearest the exact value, so an architecture's exported bytes are the same on every
+    machine: numpy's float32 power runs another implementation per CPU (Intel's SVML on AVX-512, libm's
+    elsewhere), whose last bits differ."""
+    return np.array(_nearest_inverse_frequencies(d_model), dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _nearest_inverse_frequencies(d_model: int) -> tuple[float, ...]:
+    exact = Context(prec=40)  # decimal arithmetic: integers underneath, no platform math library
+    return tuple(_nearest_float32(exact.power(Decimal(10000), exact.divide(Decimal(-2 * k), Decimal(d_model))))
+                 for k in range(d_model // 2))
+
+
+def _nearest_float32(x: Decimal) -> float:
+    guess = np.float32(float(x))  # rounded twice (to float64, then float32): at most one float32 step off
+    steps = (np.nextafter(guess, np.float32(0)), guess, np.nextafter(guess, np.float32(np.inf)))
+    return float(min(steps, key=lambda f: abs(Decimal(float(f)) - x)))
 
 
 def relative_positions(klen: int, d_model: int) -> torch.Tensor:
