@@ -35,7 +35,8 @@ from ltsedge.store import MeasurementStore
 def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, store_path: str | Path | None = None,
                   fresh: bool = False, shapes: dict[str, list[int]] | None = None,
                   target_ort: str | None = None, variant: str | None = None, scheduler: str | None = None,
-                  machine: str | None = None, precision: str | None = None, quantization=None) -> dict:
+                  machine: str | None = None, precision: str | None = None, quantization=None,
+                  architecture: Architecture | None = None) -> dict:
     """Measurement of ``model`` on ``device`` as a flat dict (the ``ltsedge profile --json`` object).
 
     ``precision`` (an architecture only; default: the profile's [export] precision, else fp32): the
@@ -43,19 +44,20 @@ def profile_model(model: str | Path, device: str | DeviceProfile = "cpu", *, sto
     target and precision makes both the export and its key). An ONNX file is measured as it is: its
     variant is the one it was exported as (``variant``, when given, must agree), ``shapes`` must name its
     inputs (checked before anything is measured or stored). ``quantization``: how the precision is reached
-    (``precision.QuantOptions``; None: the defaults), an architecture's too."""
+    (``precision.QuantOptions``; None: the defaults), an architecture's too. ``architecture``: measured as an
+    ARCH.json is (``model`` then only names it: a Hugging Face folder's, ``--from``)."""
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
-    path = bundle_model(model)  # a bundle's directory stands for the model its genai_config.json names
-    if not path.is_file():
+    path = Path(model) if architecture is not None else bundle_model(model)  # a bundle's folder: its model
+    if architecture is None and not path.is_file():
         raise LtsedgeError(f"model file not found: {path}")
     target_ort = target_ort or profile.target_ort
     sha256 = options = None
-    if path.suffix.lower() == ".json":
+    if architecture is not None or path.suffix.lower() == ".json":
         options = ExportOptions(variant=variant or DEFAULT_VARIANT, target_ort=target_ort,
                                 precision=precision or profile.precision or DEFAULT_PRECISION, quantization=quantization)
         variant, precision = options.variant, options.precision
         check_precision(precision, options.target.runtime, profile.execution_provider)  # before anything is measured
-        arch = Architecture.load(path)
+        arch = architecture or Architecture.load(path)
         key = options.model_key(arch)
     else:
         if precision is not None or quantization is not None:

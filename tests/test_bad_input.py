@@ -14,7 +14,7 @@ from tests.helpers import one_line_exit_2, run_ltsedge
     (["search", "--seed", "-1"], "--seed"),
     (["search", "--population", "1"], "--population"),
     (["space", "--sample", "-2"], "--sample"),
-    (["profile"], "Missing argument"),
+    (["profile"], "ARCH.json or --from DIR"),
     (["no-such-command"], "No such command"),
 ])
 def test_bad_options_are_one_line(args, message):

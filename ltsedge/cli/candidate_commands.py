@@ -54,14 +54,33 @@ def space(
         typer.echo(f"{key:>{width}}: {value}")
 
 
+FROM_HELP = ("A Hugging Face model folder instead of ARCH.json: config.json (LlamaForCausalLM), model.safetensors "
+             "(or sharded) and its tokenizer, as huggingface-cli download leaves it.")
+
+
+def architecture_or_folder(arch_file: Path | None, from_dir: Path | None):
+    """(the architecture, the Hugging Face folder it was read from or None): ARCH.json or --from DIR, one of them."""
+    from ltsedge.errors import LtsedgeError
+
+    if (arch_file is None) == (from_dir is None):
+        raise LtsedgeError("give an architecture: ARCH.json or --from DIR (a Hugging Face model folder), one of them")
+    if from_dir is None:
+        return Architecture.load(arch_file), None
+    from ltsedge.hf_folder import read_folder
+
+    folder = read_folder(from_dir)
+    return folder.arch, folder
+
+
 def params(
-    arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
+    arch_file: Optional[Path] = typer.Argument(None, metavar="ARCH.json", help="Architecture JSON file."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Decoder (the proxy), embedding and total parameters of an architecture."""
     from ltsedge.proxy import count_params
 
-    arch = Architecture.load(arch_file)
+    arch, _ = architecture_or_folder(arch_file, from_dir)
     counts = count_params(arch).to_dict()
     if as_json:
         typer.echo(json.dumps(counts))
@@ -72,7 +91,9 @@ def params(
 
 
 def export(
-    arch_file: Path = typer.Argument(..., metavar="ARCH.json", help="Architecture JSON file."),
+    arch_file: Optional[Path] = typer.Argument(None, metavar="ARCH.json", help="Architecture JSON file."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP + " Its weights and tokenizer go into "
+                                            "the bundle (--weights and --tokenizer replace them)."),
     output: Path = typer.Option(..., "-o", "--output",
                                 help="The ONNX file (forward), or the bundle directory (generate)."),
     variant: str = typer.Option("forward", "--variant", help="forward: input_ids -> logits over a whole sequence; "
@@ -108,7 +129,10 @@ def export(
     from ltsedge.exporters.bundle import export_to_path
     from ltsedge.exporters.options import ExportOptions
 
-    arch = Architecture.load(arch_file)
+    arch, folder = architecture_or_folder(arch_file, from_dir)
+    if folder is not None:  # the folder's weights and tokenizer, unless given (a fine-tuned state dict, say)
+        weights = weights or folder.weights
+        tokenizer = tokenizer or folder.tokenizer
     quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
                                         symmetric=symmetric, accuracy_level=accuracy_level)
     options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision, quantization=quantization,

@@ -38,7 +38,10 @@ def devices() -> None:
 
 
 def profile(
-    model: Path = typer.Argument(..., metavar="MODEL.onnx|ARCH.json", help="An ONNX model, or an architecture JSON."),
+    model: Optional[Path] = typer.Argument(None, metavar="MODEL.onnx|BUNDLE|ARCH.json",
+                                           help="An ONNX model, a generation bundle's folder, or an architecture JSON."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="A Hugging Face model folder (config.json of a "
+                                            "LlamaForCausalLM): its architecture, exported as ARCH.json is."),
     device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     store_path: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
@@ -62,12 +65,18 @@ def profile(
     from ltsedge.profiling import profile_model
 
     check_fleet(scheduler, machine)
+    architecture = None
+    if from_dir is not None or model is None:
+        from ltsedge.cli.candidate_commands import architecture_or_folder
+
+        architecture, _ = architecture_or_folder(model, from_dir)
+        model = from_dir
     quantization = quantization_options(precision, per_channel=per_channel, block_size=block_size,
                                         symmetric=symmetric, accuracy_level=accuracy_level)
     with when_scheduler_lost(PROFILE_LOST):
         result = profile_model(model, device, store_path=store_path, fresh=fresh, shapes=parse_shape_options(shape),
                                target_ort=target_ort, variant=variant, scheduler=scheduler, machine=machine,
-                               precision=precision, quantization=quantization)
+                               precision=precision, quantization=quantization, architecture=architecture)
     if as_json:
         typer.echo(json.dumps(result, default=str))
     else:

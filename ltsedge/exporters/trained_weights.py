@@ -30,8 +30,17 @@ PREFIXES = ("_orig_mod.", "module.", "model.")  # torch.compile, DataParallel, H
 
 
 def load_state_dict(path: str | Path) -> dict:
-    """The tensors of a weights file, by name."""
+    """The tensors of a weights file, by name; of every shard a ``model.safetensors.index.json`` names."""
     path = Path(path)
+    if not path.is_file():
+        raise LtsedgeError(f"weights file not found: {path}")
+    if path.name.endswith(".safetensors.index.json"):
+        return _unwrap(_sharded(path), path)
+    return _unwrap(_read(path), path)
+
+
+def _read(path: Path) -> dict:
+    """A weights file's contents as stored (a state dict, or what holds one)."""
     if not path.is_file():
         raise LtsedgeError(f"weights file not found: {path}")
     require("torch", "reading trained weights")
@@ -53,7 +62,7 @@ def load_state_dict(path: str | Path) -> dict:
         raise
     except Exception as e:  # noqa: BLE001 - unpickling and safetensors raise many kinds
         raise LtsedgeError(f"weights file {path} cannot be read: {_why_unreadable(e)}") from None
-    return _unwrap(data, path)
+    return data
 
 
 def _why_unreadable(e: Exception) -> str:
@@ -170,3 +179,23 @@ def _check_finite(name: str, tensor, source: str, original=None) -> None:
     kinds = " and ".join(f"{n} {kind}" for n, kind in ((nans, "NaN"), (count - nans, "infinite")) if n)
     raise LtsedgeError(f"{source}: tensor {name!r} has {kinds} {values} (the first at {first}): weights must be "
                        f"finite")
+
+
+def _sharded(index: Path) -> dict:
+    """A sharded checkpoint: each shard its index names (a file beside it, never elsewhere), merged."""
+    import json
+
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise LtsedgeError(f"weights index {index} cannot be read: {e}") from None
+    state: dict = {}
+    for shard in shards:
+        if not isinstance(shard, str) or Path(shard).name != shard or not shard.endswith(".safetensors"):
+            raise LtsedgeError(f"weights index {index} names {shard!r}: a shard must be a .safetensors file beside it")
+        state.update(_read(index.parent / shard))
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise LtsedgeError(f"weights index {index} names {missing[0]}, which no shard holds")
+    return state
