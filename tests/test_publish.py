@@ -242,6 +242,63 @@ def test_seeded_baseline_models_off_the_front_are_re_measured_beside_it_and_judg
     assert (done.cost.thinned, done.cost.contenders, done.cost.published) == (2, 2, 3)
 
 
+def test_max_bundles_bounds_every_bundle_written_the_baseline_s_stand_ins_included(tmp_path):
+    """`--max-bundles 1` on the smoke preset wrote 3 bundles: the seeded baseline models the cap left out came
+    back as contenders beside the front (llama-edge's 15 points: up to 15 over the cap). The cap now bounds
+    what is written; a baseline point whose stand-in has no bundle is compared from its figures, measured
+    afresh as the baseline is."""
+    from ltsedge.search.baseline import baseline_architectures, seeds_in_space
+
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, resolution=0, max_bundles=1))
+    seeds = seeds_in_space(settings.baseline, settings.space, 2)
+    most = max(count_params(a).decoder_params for a in seeds)
+    big = sorted([a for a in random_tiny_archs(60, seed=3) if count_params(a).decoder_params > most][:2],
+                 key=lambda a: count_params(a).decoder_params)
+    front = [Candidate(a, count_params(a), figure(2.0 + i, 30.0 + i), "measured", 1, "decode_latency_ms")
+             for i, a in enumerate(big)]
+    evaluated = front + [Candidate(a, count_params(a), figure(5.0, 40.0), "measured", 0, "decode_latency_ms")
+                         for a in seeds]
+    FakeMachine.figure_of = lambda a: (1.0 + count_params(a).decoder_params / 1e4, 10.0)
+    try:
+        done = finish_with_a_new_baseline(front, settings, profile, tmp_path, None, evaluated=evaluated)
+    finally:
+        FakeMachine.figure_of = None
+    assert [p.name for p in (tmp_path / "out" / "models").iterdir()] == [big[0].id]  # the comparison's match
+    assert (done.cost.thinned, done.cost.capped, done.cost.contenders, done.cost.published) == (1, 1, 0, 1)
+    own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in done.frontier])
+    assert {("profile", a.id) for a in own} <= set(FakeMachine.measured)  # measured afresh, no file kept
+    assert [r["baseline_id"] for r in done.baseline] == [r["stand_in_id"] for r in done.baseline] == [a.id for a in own]
+    assert all(r["frontier_id"] == big[0].id and r["speedup"] == pytest.approx(r["latency_ms"] / 2.0)
+               for r in done.baseline)
+
+
+def test_a_stand_in_outside_the_space_the_cap_leaves_without_a_bundle_is_compared_from_its_figures(tmp_path):
+    """Outside the space the stand-in is a model of its own: beyond the cap it is measured beside the
+    baseline's own block, in a scratch file, and both comparisons are reported."""
+    from ltsedge.search.baseline import seeds_in_space
+
+    settings, profile = resolve(SearchOptions(preset="smoke", out=tmp_path / "out", store_path=tmp_path / "s.sqlite",
+                                              quiet=True, baseline_n_head=8, max_bundles=1))
+    shapes = seeds_in_space(settings.baseline, settings.space, 2)
+    archs = {a.id: a for a in settings.space.sample(40, seed=2) + shapes}.values()
+    measured = [Candidate(a, count_params(a), figure(*(0.9 * v for v in machine_law(a))), "measured", 1,
+                          "decode_latency_ms") for a in archs]
+    front = pareto_front(measured, Budgets())
+    FakeMachine.figure_of = machine_law
+    try:
+        done = finish_with_a_new_baseline(front, settings, profile, tmp_path, None, evaluated=measured)
+    finally:
+        FakeMachine.figure_of = None
+    assert len(list((tmp_path / "out" / "models").iterdir())) == 1 == done.cost.published
+    assert [r["stand_in_id"] for r in done.baseline] == [a.id for a in shapes]
+    assert {("profile", a.id) for a in shapes} <= set(FakeMachine.measured)  # the one without a bundle too
+    kept = done.frontier[0].candidate
+    assert all(r["stand_in_latency_ms"] is not None for r in done.baseline)
+    assert all(r["stand_in_speedup"] == pytest.approx(r["stand_in_latency_ms"] / kept.latency_ms)
+               for r in done.baseline if r["stand_in_frontier_id"] is not None)
+
+
 def test_the_baseline_is_measured_as_the_front_was_the_objective_in_full_the_others_coarsely(tmp_path):
     """Only the objective is compared with the front, which publishing re-measured with its other workloads
     coarse; a baseline prefill timed in full was most of the baseline's time in the study's decode search."""

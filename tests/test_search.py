@@ -157,6 +157,19 @@ def test_budgets_exclude_what_they_should(tmp_path):
 
 
 @pytest.mark.slow
+def test_max_bundles_1_leaves_exactly_one_bundle(tmp_path):
+    """It left 3: the baseline's stand-ins the cap left out were written beside the front."""
+    out = tmp_path / "out"
+    proc = ltsedge_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",
+                       "--max-bundles", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((out / "models").iterdir())) == 1
+    assert json.loads((out / "search.json").read_text())["publish"]["published"] == 1
+    rows = list(csv.DictReader(open(out / "baseline.csv")))
+    assert len(rows) == 2 and all(r["latency_ms"] for r in rows)  # every point still compared
+
+
+@pytest.mark.slow
 def test_latency_budget_below_everything_leaves_an_empty_frontier(tmp_path):
     out = tmp_path / "out"
     proc = ltsedge_cli("search", "--preset", "smoke", "--out", out, "--store", tmp_path / "s.sqlite", "--quiet",

@@ -12,8 +12,10 @@ baseline point the front models the comparison will pick (``baseline.comparison_
 would cover them. The baseline model itself is reported beside its stand-in: inside the space they are
 one model, measured once; outside it, or without a stand-in figure, it is measured afresh as the front
 was (the objective's workload at the profile's policy, the others coarsely), so the comparison is of
-figures measured alike. What each pass cost is kept (``PublishCost``) and reported apart from the
-search's own time.
+figures measured alike. ``--max-bundles N`` bounds the bundles written, stand-ins included: a stand-in
+beyond it is measured afresh as the baseline is, compared from its figures, and no file of it is kept
+(the front it is judged against is then the published one, which it may beat). What each pass cost is
+kept (``PublishCost``) and reported apart from the search's own time.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ltsedge.search.candidate import Candidate
 from ltsedge.search.evaluate import CandidateEvaluator
 from ltsedge.search.frontier import PublishedModel, keep_front, remeasure, undecided, write_frontier
 from ltsedge.workloads import WORKLOADS
-from ltsedge.search.pareto import cap, thin
+from ltsedge.search.pareto import cap, spread, thin
 from ltsedge.search.outdir import OutputDir
 from ltsedge.search.publish_log import PublishLog, baseline_key, remeasured_key
 
@@ -76,8 +78,11 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     thinned = thin(front, settings.resolution, keep=set(seeded) | anchors, merit=settings.merit)
     kept = cap(thinned, settings.max_bundles, keep=set(seeded) | anchors, merit=settings.merit)
     off_front = {i: a for i, a in seeded.items() if i not in {c.arch.id for c in kept}}
-    contenders = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
+    wanted = _contenders(evaluated, off_front, settings, measure_new=settings.seed_baseline) \
         if with_baseline else []
+    contenders = _within_cap(wanted, settings.max_bundles, len(kept))
+    # The cap bounds the bundles written, stand-ins included: one left out is measured with the baseline, no file kept
+    unbundled = [c.arch for c in wanted if c.arch.id not in {b.arch.id for b in contenders}]
     cost = PublishCost(front=len(front), thinned=len(kept), contenders=len(contenders), resolution=settings.resolution,
                        capped=len(thinned) - len(kept))
     clock = time.perf_counter()
@@ -101,7 +106,7 @@ def finish(front: list[Candidate], settings, profile: DeviceProfile, store, outd
     if with_baseline and settings.baseline is not None:
         fresh_seeds = [p.candidate for p in final if p.candidate.arch.id in seeded and p.candidate.ok]
         exact, stand = _baseline(settings, profile, runner_factory, log, store, outdir, front_models, fresh_seeds,
-                                 published)
+                                 published, unbundled)
     cost.baseline_seconds = time.perf_counter() - clock
     cost.published = len(front_models)
     cost.reused = published.taken - before if published is not None else 0
@@ -150,9 +155,18 @@ def _contenders(evaluated: list[Candidate], stand_ins: dict[str, Architecture], 
     return out
 
 
+def _within_cap(contenders: list[Candidate], limit: int | None, bundles: int) -> list[Candidate]:
+    """The contenders that fit under ``limit`` bundles beside ``bundles`` already kept (all without a limit),
+    spread over the baseline's points."""
+    if limit is None:
+        return list(contenders)
+    room = max(limit - bundles, 0)
+    return spread(contenders, room) if room else []
+
+
 def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outdir: OutputDir,
-              front: list[PublishedModel], fresh_seeds: list[Candidate], published: PublishLog | None
-              ) -> tuple[list[Candidate], list[Candidate | None]]:
+              front: list[PublishedModel], fresh_seeds: list[Candidate], published: PublishLog | None,
+              unbundled: list[Architecture] = ()) -> tuple[list[Candidate], list[Candidate | None]]:
     """Each baseline point's baseline model and its stand-in, in the order of its layers. Inside the space
     they are one block, measured once: the stand-in's figure where publishing measured it beside the
     front (``fresh_seeds``). Outside it, the stand-in's figure (None where publishing measured none),
@@ -160,28 +174,41 @@ def _baseline(settings, profile: DeviceProfile, runner_factory, log, store, outd
     (never from the store), with the embedding settings of the frontier model it is compared with, as
     the front was re-measured: the objective's workload at the profile's policy, the others coarsely:
     only the objective is compared, and in a decode search the prefill timed in full was most of the
-    baseline's time. A figure ``published`` holds (an earlier run of this search took it) is taken
-    instead of measuring."""
+    baseline's time. So is each stand-in outside the space that ``--max-bundles`` left without a bundle
+    (``unbundled``): it is compared from its figures, no file of it kept. A figure ``published`` holds
+    (an earlier run of this search took it) is taken instead of measuring."""
     fresh = {c.arch.id: c for c in fresh_seeds}
     shapes = stand_ins(settings.baseline, settings.space)
     points = [stacked(settings.baseline, n, settings.space) for n in settings.baseline.layers]
     inside = [s is not None and not shape_changes(p, s) for p, s in zip(points, shapes)]
-    stand = [fresh.get(s.id) if s is not None else None for s in shapes]
-    chosen = [s if held else None for s, held in zip(stand, inside)]
     own = baseline_architectures(settings.baseline, settings.space, [p.candidate for p in front], settings.merit)
-    figure = WORKLOADS[settings.objective].figure
-    for i, arch in enumerate(own):
-        m = published.take(baseline_key(arch.id)) if published is not None and chosen[i] is None else None
-        if m is not None:
-            chosen[i] = Candidate(arch, count_params(arch), m, "measured", -1, figure)
-    todo = [a for a, c in zip(own, chosen) if c is None]
-    if todo:
-        with runner_factory(profile, log=log) as runner:
-            evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
-                                           fresh=True, objective=settings.objective, coarse_others=True)
-            measured = {c.arch.id: c for c in evaluator.evaluate(todo, generation=-1)}
-        for c in measured.values():
-            if published is not None and c.ok:
-                published.add(baseline_key(c.arch.id), c.measurement)
-        chosen = [c if c is not None else measured[a.id] for a, c in zip(own, chosen)]
+    spare = {a.id for a in unbundled}
+    todo = [a for a, s, held in zip(own, shapes, inside) if not (held and s.id in fresh)]
+    todo += [s for s, held in zip(shapes, inside) if s is not None and not held and s.id in spare]
+    measured = _measured_afresh(todo, settings, profile, runner_factory, log, store, outdir, published)
+    chosen = [fresh[s.id] if held and s.id in fresh else measured[a.id] for a, s, held in zip(own, shapes, inside)]
+    stand = [None if s is None else fresh.get(s.id) or measured.get(s.id) for s in shapes]
     return chosen, [c if held else s for c, s, held in zip(chosen, stand, inside)]
+
+
+def _measured_afresh(archs: list[Architecture], settings, profile: DeviceProfile, runner_factory, log, store,
+                     outdir: OutputDir, published: PublishLog | None) -> dict[str, Candidate]:
+    """Each of ``archs`` by id, measured as ``_baseline`` says (in a scratch file, never from the store), or
+    the figure ``published`` holds of it."""
+    figure = WORKLOADS[settings.objective].figure
+    out: dict[str, Candidate] = {}
+    for arch in archs:
+        m = published.take(baseline_key(arch.id)) if published is not None and arch.id not in out else None
+        if m is not None:
+            out[arch.id] = Candidate(arch, count_params(arch), m, "measured", -1, figure)
+    todo = [a for a in archs if a.id not in out]
+    if not todo:
+        return out
+    with runner_factory(profile, log=log) as runner:
+        evaluator = CandidateEvaluator(profile, runner, store, outdir, Budgets(), export=settings.export_options,
+                                       fresh=True, objective=settings.objective, coarse_others=True)
+        measured = {c.arch.id: c for c in evaluator.evaluate(todo, generation=-1)}
+    for c in measured.values():
+        if published is not None and c.ok:
+            published.add(baseline_key(c.arch.id), c.measurement)
+    return out | measured
