@@ -40,7 +40,8 @@ def test_export_writes_a_loadable_model_that_says_what_it_is(arch_file, tmp_path
 
 def test_space_describes_and_samples():
     out = run("space", check_rc=0).stdout
-    assert "n_layer" in out and "size" in out and "10^37" in out
+    assert "n_layer: 1..16" in out and "n_head (per layer): {2, 4, 8, 16}" in out and "10^39" in out
+    assert "n_layer: 2..16" in (study := run("space", "--preset", "study", check_rc=0).stdout) and "10^37" in study
     lines = run("space", "--sample", 5, "--seed", 0, check_rc=0).stdout.splitlines()
     assert len(lines) == 5 and all("n_head" in json.loads(line) for line in lines)
     assert lines == run("space", "--sample", 5, "--seed", 0).stdout.splitlines()

@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from ltsedge.architecture import Architecture
+from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import architecture_of
 from ltsedge.files import sha256_of
 from ltsedge.generation import greedy
@@ -24,6 +25,7 @@ from ltsedge.search.api import SearchOptions, resolve
 from ltsedge.search.candidate import Candidate
 from ltsedge.search.loop import SearchRun
 from ltsedge.search.baseline import stacked
+from ltsedge.space import SearchSpace
 from ltsedge.runners.measurement import Measurement
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
@@ -332,8 +334,32 @@ def test_a_baseline_model_not_seeded_takes_its_match_s_embedding_settings():
     assert [(a.d_embed, a.div_val) for a in matched[4:]] == [(256, 4)] * 12  # no match: the front's largest
 
 
+def test_the_default_gpt2_space_holds_the_baseline_s_own_block_and_the_study_preset_the_study_s_space():
+    """A default search lost to the study's baseline at 14 of 16 points (0.80x at 1 layer, 0.86-0.99x
+    elsewhere): its space stopped at 8 heads and 2 layers, and a 16-head layer of the baseline's width
+    decodes faster than its 8-head stand-in. The default space now holds the block itself at every point,
+    so the search starts from it; ``--preset study`` keeps the paper's space."""
+    from ltsedge.search.baseline import in_space_shape, seeds_in_space, shape_changes
+
+    default, _ = resolve(SearchOptions(preset="default", quiet=True))
+    points = [stacked(default.baseline, n, default.space) for n in default.baseline.layers]
+    assert [p.n_layer for p in points] == list(range(1, 17)) and {p.n_head[0] for p in points} == {16}
+    shapes = [in_space_shape(p, default.space) for p in points]
+    assert [shape_changes(p, s) for p, s in zip(points, shapes)] == [""] * 16  # the block, in the space's embedding
+    assert all(default.space.contains(s) for s in shapes)
+    seeds = seeds_in_space(default.baseline, default.space, default.population // 2)
+    assert [(a.n_layer, set(a.n_head), a.d_model, set(a.d_inner)) for a in seeds] == \
+        [(n, {16}, 1024, {3072}) for n in range(1, 17)]
+    study, _ = resolve(SearchOptions(preset="study", quiet=True))
+    assert (study.space.n_layer, study.space.n_head) == (tuple(range(2, 17)), (2, 4, 8))
+    assert study.space.to_dict() == {**SearchSpace().to_dict(), "backbone": "gpt2"}  # the class's: the study's ranges
+    assert (study.population, study.generations, study.baseline) == (100, 30, default.baseline)
+    with pytest.raises(LtsedgeError, match="preset study searches backbone gpt2, not transfo_xl"):
+        resolve(SearchOptions(preset="study", backbone="transfo_xl", quiet=True))
+
+
 def test_a_search_whose_baseline_lies_outside_its_space_starts_from_the_nearest_shapes_in_it(tmp_path):
-    """The study's GPT-2 block has 16 heads and its first point 1 layer, where the default space offers 2, 4
+    """The study's GPT-2 block has 16 heads and its first point 1 layer, where the study's space offers 2, 4
     or 8 heads and 2..16 layers: no baseline model was seeded, and the search's front lost to the baseline
     at 15 of 16 points. Each point now seeds the space's nearest shape: every size snapped to the nearest
     choice, a tie to the larger, d_inner within its floor."""
@@ -341,7 +367,7 @@ def test_a_search_whose_baseline_lies_outside_its_space_starts_from_the_nearest_
 
     from ltsedge.search.baseline import seeds_in_space
 
-    study, _ = resolve(SearchOptions(preset="default", quiet=True))
+    study, _ = resolve(SearchOptions(preset="study", quiet=True))
     seeds = seeds_in_space(study.baseline, study.space, study.population // 2)
     assert [(a.n_layer, set(a.n_head), a.d_model, set(a.d_inner)) for a in seeds] == \
         [(n, {8}, 1024, {3072}) for n in range(2, 17)]  # 1 and 2 layers: one shape

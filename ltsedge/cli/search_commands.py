@@ -31,7 +31,7 @@ SCHEDULER_WAIT_S = 30.0  # how long `agent` waits for its scheduler to answer (a
 
 def search(
     device: str = typer.Option("cpu", "--device", help=DEVICE_HELP),
-    preset: str = typer.Option("default", "--preset", help="default | quick | smoke | opt | llama-edge (see README)."),
+    preset: str = typer.Option("default", "--preset", help="default | study | quick | smoke | opt | llama-edge (see docs/search.md)."),
     backbone: Optional[str] = typer.Option(None, "--backbone", help="gpt2 | transfo_xl | opt | llama (default: the "
                                            "space file's or the preset's, else gpt2)."),
     space_file: Optional[Path] = typer.Option(None, "--space", help="Search-space TOML (overrides the preset's space)."),

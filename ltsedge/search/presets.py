@@ -1,5 +1,5 @@
-"""Named search presets: the study's full-scale default, a quick demo, a tiny smoke test, the study's OPT
-comparison and an app's Llama-family decoder (``llama-edge``).
+"""Named search presets: the full-scale default, the study's exact GPT-2 search (``study``), a quick demo, a
+tiny smoke test, the study's OPT comparison and an app's Llama-family decoder (``llama-edge``).
 
 A preset narrows the backbone's default space (any backbone's, ``--backbone``; ``opt`` is OPT's own), fixes population, generations and baseline, and
 adjusts the device profile's workload (sequence length) and repeat policy; command-line options
@@ -51,8 +51,15 @@ class Preset:
 
 PRESETS = {
     "default": Preset(
-        "default", "the study's space for the backbone, population 100, 30 generations, sequence 192",
+        "default", "the backbone's default space (GPT-2's: the study's, with its baseline's 1-layer point and 16 "
+        "heads), population 100, 30 generations, sequence 192",
         {}, 100, 30, None,
+    ),
+    # To reproduce the paper: its GPT-2 space exactly, whose baseline points stand in it as their nearest shapes.
+    "study": Preset(
+        "study", "the study's own GPT-2 space (2-16 layers, 2, 4 or 8 heads per layer: its 16-head baseline stands "
+        "in it as 8 heads, its 1-layer point as 2 layers), population 100, 30 generations, sequence 192",
+        dict(n_layer=grid(2, 16, 1), n_head=(2, 4, 8)), 100, 30, None, backbone="gpt2",
     ),
     "quick": Preset(
         "quick", "a small space (1-6 layers, d_model 128-384), 8 generations of 16 (the cost model predicts most), "
