@@ -134,7 +134,8 @@ def test_fixed_threshold_peaks_repeat_in_fresh_workers(tmp_path):
     arch = tiny_arch(d_model=256, n_head=[4, 4], d_inner=[1024, 1024], vocab_size=8000, n_positions=128)
     model = tmp_path / "model.onnx"
     export_model(arch, ExportOptions(variant="generate")).save(model)
-    profile = fast_profile(tmp_path, 128).replace(sequence=64, context=64)
+    # a plain session: what glibc's threshold holds still (genai's own buffers move its peak by ~0.3 MB)
+    profile = fast_profile(tmp_path, 128).replace(sequence=64, context=64, generate_loop="session")
     peaks = []
     for _ in range(3):
         with Runner(profile) as runner:
