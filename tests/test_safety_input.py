@@ -142,7 +142,7 @@ def test_a_space_of_ten_thousand_layers_is_sized_without_enumerating():
     started = time.monotonic()
     described = SearchSpace.from_dict({"n_layer": {"min": 2, "max": 10_000}}).describe()
     assert time.monotonic() - started < 5  # was 29 s
-    assert described["size"] is None and math.isclose(described["size_log10"], 22625.47, abs_tol=0.01)
+    assert described["size"] is None and math.isclose(described["size_log10"], 23874.85, abs_tol=0.01)  # 4 head choices a layer
 
 
 @pytest.mark.parametrize("changes", [
