@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # The light install from a wheel, in a venv of its own and run outside the repository (what a board or a
 # CI gate gets from `pip install ltsedge-*.whl`): check a model and draw a search's report with neither
-# torch nor pymoo installed. The model and the search come from the full install (.ci-venv).
+# torch nor pymoo installed. The model and the search come from the full install (`make install-test`, .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # With the full install: a tiny search to report on.
-.ci-venv/bin/python -m ltsedge search --preset smoke --generations 1 --out "$work/search" \
+.venv/bin/python -m ltsedge search --preset smoke --generations 1 --out "$work/search" \
   --store "$work/s.sqlite" --quiet --no-baseline >/dev/null
 
 # The wheel: pure Python, so the one file serves x86-64 and aarch64 alike.
-.ci-venv/bin/python -m pip install -q build
-.ci-venv/bin/python -m build --wheel --outdir dist . >/dev/null
+.venv/bin/python -m pip install -q build
+.venv/bin/python -m build --wheel --outdir dist . >/dev/null
 wheel=$(ls -t dist/ltsedge-*-py3-none-any.whl | head -n 1)
 python3 -m venv .ci-light
 .ci-light/bin/python -m pip install -q --upgrade pip
