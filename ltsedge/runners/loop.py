@@ -66,12 +66,7 @@ def bundle_config(path: str | Path) -> Path | None:
     config = path.parent / CONFIG_FILE
     if not config.is_file():
         return None
-    try:
-        document = json.loads(config.read_text())
-        filename = document["model"]["decoder"]["filename"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise LtsedgeError(f"{config} is not an onnxruntime-genai config ({e})") from None
-    return config if filename == path.name else None
+    return config if _decoder_file(config) == path.name else None
 
 
 def bundle_model(path: str | Path) -> Path:
@@ -82,13 +77,18 @@ def bundle_model(path: str | Path) -> Path:
     config = path / CONFIG_FILE
     if not config.is_file():
         raise LtsedgeError(f"{path} is a directory without {CONFIG_FILE}: give a model file or a bundle")
-    try:
-        filename = json.loads(config.read_text())["model"]["decoder"]["filename"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise LtsedgeError(f"{config} is not an onnxruntime-genai config ({e})") from None
+    filename = _decoder_file(config)
     if not isinstance(filename, str) or Path(filename).name != filename:
         raise LtsedgeError(f"{config}: model.decoder.filename must name a file in the bundle, got {filename!r}")
     return path / filename
+
+
+def _decoder_file(config: Path):
+    """The model file a genai_config.json names (as written: checked by the caller)."""
+    try:
+        return json.loads(config.read_text())["model"]["decoder"]["filename"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise LtsedgeError(f"{config} is not an onnxruntime-genai config ({e})") from None
 
 
 def config_sha256(path: str | Path) -> str | None:
