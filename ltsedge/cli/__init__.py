@@ -5,7 +5,7 @@ commands never lose what they already measured. ``main`` is the console script (
 ``python -m ltsedge``). Each command is a function in the module of its group, a few lines over the
 Python API: ``candidate_commands`` (space, params, export), ``measure_commands`` (devices, profile,
 calibrate), ``search_commands`` (search, report, compare, agent), ``check_command``,
-``costmodel_commands`` (predict, costmodel) and ``proxy_check_command``; the help their options share is in
+``costmodel_commands`` (predict, costmodel), ``proxy_check_command`` and ``prune_command``; the help their options share is in
 ``options``.
 """
 
@@ -20,6 +20,7 @@ from ltsedge.cli.check_command import check
 from ltsedge.cli.costmodel_commands import costmodel, predict
 from ltsedge.cli.measure_commands import calibrate, devices, profile
 from ltsedge.cli.proxy_check_command import proxy_check
+from ltsedge.cli.prune_command import prune
 from ltsedge.cli.search_commands import agent, compare, report, search
 from ltsedge.errors import LtsedgeError
 from ltsedge.interrupts import Terminated, exit_code, terminate_as_interrupt
@@ -32,7 +33,7 @@ app = typer.Typer(
     "latency and memory measured with onnxruntime on the device, Pareto frontier of deployable ONNX models.",
 )
 
-COMMANDS = (space, params, export, devices, profile, calibrate, search, report, compare, agent, check, predict,
+COMMANDS = (space, params, export, devices, profile, calibrate, search, prune, report, compare, agent, check, predict,
             costmodel, proxy_check)  # in the order ``ltsedge --help`` lists them
 for _command in COMMANDS:
     app.command()(_command)

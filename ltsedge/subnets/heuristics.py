@@ -32,3 +32,24 @@ def uniform_kv_groups(space: SubnetSpace, groups: int) -> SubnetGenes:
     """Every layer keeping ``groups`` key/value groups (or all it has where it has no more)."""
     full = space.full()
     return space.check(SubnetGenes(full.keep, tuple(min(groups, g) for g in full.kv_groups), full.ffn))
+
+
+LAYER_SHARES = (0.1, 0.2, 0.3, 0.4)  # of the layers ShortGPT drops
+WIDTH_SHARES = (5 / 6, 2 / 3, 1 / 2, 1 / 3)  # of the widest SwiGLU uniform pruning keeps
+KV_LADDER = 2  # uniform key/value groups: the parent's count less one, less two
+
+
+def known_prunings(space: SubnetSpace, importance: Importance) -> list[tuple[str, SubnetGenes]]:
+    """The ladders a search is compared with, each point named: ShortGPT dropping a tenth to two fifths of
+    the layers; every layer's SwiGLU at five sixths to a third of the widest (in the space's steps); every
+    layer keeping one or two key/value groups fewer."""
+    n, step = space.n_layer, space.ffn_step
+    points = [(f"shortgpt-drop-{k}", drop_least_influential(space, importance, k))
+              for k in sorted({round(n * share) for share in LAYER_SHARES}) if 0 < k < n]
+    widest = max(space.parent.d_inner)
+    widths = sorted({max(step, step * round(widest * share / step)) for share in WIDTH_SHARES}, reverse=True)
+    points += [(f"uniform-ffn-{w}", uniform_ffn(space, w)) for w in widths if w < widest]
+    most = max(space.parent.kv_heads)
+    points += [(f"uniform-kv-{g}", uniform_kv_groups(space, g)) for g in range(most - 1, max(0, most - 1 - KV_LADDER), -1)]
+    full = space.full()
+    return [(name, genes) for name, genes in points if genes != full]

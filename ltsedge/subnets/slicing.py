@@ -31,14 +31,14 @@ def slice_state_dict(parent: Architecture, weights: Mapping[str, torch.Tensor], 
     _check_importance(parent, importance)
     out = {name: tensor for name, tensor in weights.items() if not name.startswith(LAYER)}
     for j, i in enumerate(genes.kept_layers):
-        rows = _layer_rows(space, i, genes, importance)
+        rows = layer_rows(space, i, genes, importance)
         for name, dim, kept in _slices(rows):
             tensor = weights[f"{LAYER}{i}.{name}"]
             out[f"{LAYER}{j}.{name}"] = tensor if kept is None else tensor.index_select(dim, kept).contiguous()
     return child, out
 
 
-def _layer_rows(space: SubnetSpace, i: int, genes: SubnetGenes, importance: Importance) -> dict:
+def layer_rows(space: SubnetSpace, i: int, genes: SubnetGenes, importance: Importance) -> dict:
     """Layer ``i``'s kept rows (None: all of them): of q/o (query heads), k/v (key/value heads), the SwiGLU."""
     parent = space.parent
     head_dim, group = parent.head_dim, space.group_size(i)
