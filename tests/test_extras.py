@@ -26,6 +26,7 @@ DEVELOPERS = "test"  # the extra the tests need: `make test` installs it, the RE
 RUNS = {
     "search": ["search", "--preset", "smoke", "--device", "no-such-device", "--out", "{tmp}/out"],
     "export": ["export", "{arch}", "-o", "{tmp}/m.onnx", "--precision", "int4"],
+    "prune": ["prune", "--from", "{tmp}", "--text", "{text}", "--device", "no-such-device", "-o", "{tmp}/pruned"],
     "costmodel": ["costmodel", "--device", "no-such-device"],
     "predict": ["predict", "{arch}", "--device", "no-such-device"],
     "proxy-check": ["proxy-check", "--text", "{text}", "--device", "no-such-device", "--out", "{tmp}/check"],

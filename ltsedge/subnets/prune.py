@@ -31,6 +31,7 @@ from ltsedge.files import sha256_of
 DEFAULT_CONTEXT = 2048  # an app's chat: the time per token once 2048 tokens are in the cache
 DEFAULT_SEQUENCE = 512  # the prompt whose prefill is timed beside it
 LOSSES = "losses.jsonl"
+NEEDS = ("torch", "pymoo", "safetensors", "tokenizers")
 OUTPUTS = ("frontier.json", "frontier.csv", "candidates.csv", "prune.json", LOSSES)
 
 
@@ -105,6 +106,10 @@ class PruneRun:
 
 def run_prune(options: PruneOptions, log: Callable[[str], None] = print):
     """Read, measure, search, publish; returns the ``publish.Published`` result (its files written)."""
+    from ltsedge.extras import require
+
+    for module in NEEDS:  # the extra's modules, each named in one line where missing, before any work
+        require(module, "ltsedge prune")
     from ltsedge.search.outdir import OWNED_DIRS, OutputDir
     from ltsedge.store import MeasurementStore
     from ltsedge.subnets.publish import publish
