@@ -195,20 +195,31 @@ def test_prune_publishes_bundles_whose_files_were_measured(pruned):
 
 
 def test_a_published_bundle_generates_as_its_pytorch_child(pruned):
-    """The bundle carries the sliced (and maybe repaired) weights: onnxruntime's greedy tokens are PyTorch's."""
+    """models/NAME.json and NAME.safetensors are the child the bundle was exported from: at fp32 onnxruntime's
+    greedy tokens are its PyTorch model's. The int4 bundle itself generates in onnxruntime-genai (the app's loop)
+    the tokens onnxruntime's greedy loop gives on the same file."""
     import onnxruntime as ort
+    from safetensors.torch import load_file
 
+    from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
     from ltsedge.generation import greedy
+    from tests.helpers import genai_greedy, reference_greedy
 
     root, _ = pruned
     out = root / "out"
-    model = json.loads((out / "frontier.json").read_text())["models"][0]
-    config = json.loads((out / model["bundle"] / "genai_config.json").read_text())
-    session = ort.InferenceSession(str(out / model["bundle"] / "model.onnx"), providers=["CPUExecutionProvider"])
+    name = json.loads((out / "frontier.json").read_text())["models"][0]["name"]
+    arch = Architecture.load(out / "models" / f"{name}.json")
+    state = load_file(str(out / "models" / f"{name}.safetensors"))
     prompt = np.array([[5, 9, 17, 3, 44]], dtype=np.int64)
-    tokens = greedy(session, prompt, 4).tokens
-    assert tokens.shape == (1, 4)
-    assert config["model"]["eos_token_id"] == 2
+    fp32 = export_model(arch, ExportOptions(variant="generate"), weights=state)
+    tokens = greedy(ort.InferenceSession(fp32.to_bytes(), providers=["CPUExecutionProvider"]), prompt, 4).tokens
+    want, _ = reference_greedy(model_of(arch, state), prompt, np.ones_like(prompt), 4)
+    np.testing.assert_array_equal(tokens, want)
+    pytest.importorskip("onnxruntime_genai")
+    session = ort.InferenceSession(str(out / "models" / name / "model.onnx"), providers=["CPUExecutionProvider"])
+    genai_tokens, _ = genai_greedy(out / "models" / name, prompt[0].tolist(), 4)
+    assert genai_tokens == greedy(session, prompt, 4).tokens[0].tolist()
 
 
 def test_a_second_run_reuses_every_measured_loss(pruned, tmp_path):

@@ -18,8 +18,8 @@ def prune(
     device: str = typer.Option("cpu", "--device", help="Device profile: a built-in name or a profile TOML."),
     store: Optional[Path] = typer.Option(None, "--store", help="Measurement store (SQLite). Default: "
                                          "$LTSEDGE_STORE, else the user cache directory."),
-    population: int = typer.Option(16, "--population", help="NSGA-II population."),
-    generations: int = typer.Option(8, "--generations", help="NSGA-II generations."),
+    population: int = typer.Option(24, "--population", help="NSGA-II population."),
+    generations: int = typer.Option(10, "--generations", help="NSGA-II generations."),
     window: int = typer.Option(512, "--window", help="Tokens per calibration or held-out window."),
     calibration: int = typer.Option(8, "--calibration", help="Calibration windows (importance, repair)."),
     held_out: int = typer.Option(4, "--held-out", help="Held-out windows the loss is measured on."),

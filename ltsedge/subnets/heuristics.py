@@ -53,3 +53,27 @@ def known_prunings(space: SubnetSpace, importance: Importance) -> list[tuple[str
     points += [(f"uniform-kv-{g}", uniform_kv_groups(space, g)) for g in range(most - 1, max(0, most - 1 - KV_LADDER), -1)]
     full = space.full()
     return [(name, genes) for name, genes in points if genes != full]
+
+
+def combined_prunings(space: SubnetSpace, importance: Importance) -> list[tuple[str, SubnetGenes]]:
+    """Two known prunings at once, every layer alike: one or two key/value groups fewer with a tenth of the
+    layers dropped or the SwiGLU at five sixths or two thirds of its width. Seeds of a search's first
+    generation (not what it is compared with): points between the ladders, whose neighbours it refines."""
+    n, step = space.n_layer, space.ffn_step
+    full = space.full()
+    most, widest = max(space.parent.kv_heads), max(space.parent.d_inner)
+    kv_points = [uniform_kv_groups(space, g) for g in range(most - 1, max(0, most - 1 - KV_LADDER), -1)]
+    others = []
+    if round(n * LAYER_SHARES[0]) > 0:
+        others.append(("drop", drop_least_influential(space, importance, round(n * LAYER_SHARES[0]))))
+    for share in WIDTH_SHARES[:2]:
+        width = max(step, step * round(widest * share / step))
+        if width < widest:
+            others.append((f"ffn-{width}", uniform_ffn(space, width)))
+    points = []
+    for kv in kv_points:
+        for name, other in others:
+            genes = SubnetGenes(other.keep, kv.kv_groups, other.ffn)
+            if genes != full:
+                points.append((f"kv-{min(kv.kv_groups)}+{name}", space.check(genes)))
+    return points

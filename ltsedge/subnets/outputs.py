@@ -44,7 +44,7 @@ def write_outputs(result, outdir) -> None:
     summary = {"settings": _settings(run), "seconds": result.seconds, "candidates": len(candidates),
                "speed_measured": sum(e.speed.measured for e in run.evaluated.values()),
                "losses_measured": len(run.quality.losses), "published": [r["name"] for r in rows[1:]],
-               "measured_in": _loop(run)}
+               "measured_in": _loop(run), "predictions": _prediction_quality(run.predictions)}
     _write(outdir, "prune.json", json.dumps(summary, indent=2, allow_nan=False))
     try:
         loss_vs_decode_png(result, outdir.path(REPORT_PNG))
@@ -110,6 +110,17 @@ def loss_vs_decode_png(result, path) -> None:
     ax.grid(True, alpha=0.25)
     ax.legend(fontsize=8, loc="best", framealpha=0.9)
     _save(fig, path)
+
+
+def _prediction_quality(pairs: list[dict]) -> dict:
+    """How the cost model's decode predictions of the settled candidates met their measurements."""
+    finite = [p for p in pairs if math.isfinite(p["measured_ms"]) and p["measured_ms"] > 0]
+    if not finite:
+        return {"settled": len(pairs)}
+    errors = sorted(abs(p["predicted_ms"] / p["measured_ms"] - 1) for p in finite)
+    inside = sum(p["low_ms"] <= p["measured_ms"] <= p["high_ms"] for p in finite)
+    return {"settled": len(pairs), "median_abs_error": errors[len(errors) // 2], "within_interval": inside / len(finite),
+            "pairs": finite}
 
 
 def _loop(run) -> str:

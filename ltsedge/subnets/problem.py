@@ -64,7 +64,8 @@ class SubnetProblem(Problem):
 
 class SeededSampling(Sampling):
     """The first generation: the ``seeds`` (the parent and the known prunings), then light prunings of the
-    parent: each layer kept with probability 0.85, its counts drawn from the upper half of their choices."""
+    parent: each layer kept with probability 0.95 (dropping a layer costs the most loss), its key/value groups
+    drawn from all their choices, its SwiGLU width from the upper half of its choices."""
 
     def __init__(self, seeds: list[SubnetGenes]):
         super().__init__()
@@ -76,10 +77,10 @@ class SeededSampling(Sampling):
         rows = [enc.encode(g) for g in self.seeds[:n_samples]]
         while len(rows) < n_samples:
             n = enc.n
-            keep = (rng.random(n) < 0.85).astype(int)
-            middle = (enc.upper[n:] + 1) // 2
-            counts = rng.integers(np.maximum(middle, enc.lower[n:]), enc.upper[n:] + 1)
-            rows.append(np.concatenate([keep, counts]))
+            keep = (rng.random(n) < 0.95).astype(int)
+            kv = rng.integers(enc.lower[n:2 * n], enc.upper[n:2 * n] + 1)
+            ffn = rng.integers((enc.upper[2 * n:] + 1) // 2, enc.upper[2 * n:] + 1)
+            rows.append(np.concatenate([keep, kv, ffn]))
         return np.array(rows)
 
 

@@ -42,8 +42,8 @@ class PruneOptions:
     out_dir: Path
     device: object = "cpu"  # a profile name, TOML path or DeviceProfile
     store_path: Path | None = None
-    population: int = 16
-    generations: int = 8
+    population: int = 24
+    generations: int = 10
     window: int = 512  # tokens per window
     calibration: int = 8  # windows for importance and repair
     held_out: int = 4  # windows for the loss
@@ -53,7 +53,7 @@ class PruneOptions:
     max_bundles: int = 4
     precision: str = "int4"
     context: int = DEFAULT_CONTEXT
-    settle: int = 4  # predicted candidates measured after each generation, at most
+    settle: int = 3  # predicted candidates measured after each generation, at most
     seed: int = 0
     threads: int | None = None  # torch's threads for losses (None: torch's default)
 
@@ -99,6 +99,7 @@ class PruneRun:
     heuristics: list[Evaluated] = field(default_factory=list)
     evaluated: dict[str, Evaluated] = field(default_factory=dict)  # by genes key
     repair_probe: dict = field(default_factory=dict)
+    predictions: list = field(default_factory=list)  # the cost model's decode predictions, and what was measured
     use_repair: bool = False
     seconds: dict = field(default_factory=dict)
     identity: str = ""

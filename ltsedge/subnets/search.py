@@ -16,7 +16,7 @@ from pymoo.core.evaluator import Evaluator
 from pymoo.problems.static import StaticProblem
 from pymoo.termination.max_gen import MaximumGenerationTermination
 
-from ltsedge.subnets.heuristics import known_prunings
+from ltsedge.subnets.heuristics import combined_prunings, known_prunings
 from ltsedge.subnets.problem import SubnetEncoding, SubnetProblem, operators
 from ltsedge.subnets.quality import genes_key
 
@@ -40,7 +40,7 @@ def evolve(run, outdir, log) -> None:
 
     encoding = SubnetEncoding(space, quality.importance.block_influence)
     problem = SubnetProblem(encoding)
-    seeds = [full] + [h.genes for h in run.heuristics]
+    seeds = [full] + [h.genes for h in run.heuristics] + [g for _, g in combined_prunings(space, quality.importance)]
     algorithm = NSGA2(pop_size=options.population, **operators(seeds, space.n_layer))
     algorithm.setup(problem, termination=MaximumGenerationTermination(options.generations), seed=options.seed,
                     verbose=False)
@@ -103,7 +103,11 @@ def settle(run, limit: int) -> int:
         batch = _unique([e.arch for p, e in ranked if p > 1.0])[:min(4, limit - done)]
         if not batch:
             break
-        run.oracle.measure(batch)
+        predicted = {e.arch.id: e.speed for _, e in ranked}
+        for arch, measured in zip(batch, run.oracle.measure(batch)):
+            guess = predicted[arch.id]
+            run.predictions.append({"architecture": arch.id, "predicted_ms": guess.decode_ms, "low_ms": guess.low_ms,
+                                    "high_ms": guess.high_ms, "measured_ms": measured.decode_ms})
         done += len(batch)
     _refresh(run)
     return done
