@@ -20,7 +20,8 @@ from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-USES = ("Search on a board", "Ship a model to an app", "Gate CI on budgets", "A fleet of boards")
+USES = ("Search on a board", "Ship a model to an app", "Make your trained model faster on your device",
+        "Gate CI on budgets", "A fleet of boards")
 
 pytestmark = pytest.mark.slow
 
@@ -89,6 +90,25 @@ def test_ship_a_model_to_an_app(work):
     assert proc.returncode == 0, proc.stderr
     ids = [int(i) for i in re.findall(r"\d+", proc.stdout)]
     assert ids[:4] == [1, 2, 3, 4] and len(ids) == 24  # the prompt, then what the model generated to max_length
+
+
+def test_make_your_trained_model_faster(work):
+    """The section's command on a tiny LlamaForCausalLM folder of the same name, with a search and windows
+    sized for it (the README's example is SmolLM2-135M)."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from tests.test_prune import prune_args, tiny_folder
+
+    (block,) = blocks("Make your trained model faster on your device", "bash")
+    tiny = work / "tiny"
+    tiny.mkdir()
+    tiny_folder(tiny)
+    shutil.copytree(tiny / "model", work / "SmolLM2-135M-Instruct")
+    shutil.copy(tiny / "text.txt", work / "notes.txt")
+    small = " ".join(map(str, prune_args(tiny, "faster")[7:]))  # the options after --from, --text and -o
+    run_shell(block.replace("-o faster", f"-o faster {small}"), work, timeout=600)
+    frontier = (work / "faster" / "frontier.csv").read_text()
+    assert frontier.startswith("name,") and ("speedup-" in frontier or "front-" in frontier)
+    assert (work / "faster" / "models" / "parent" / "model.onnx").exists()
 
 
 def test_gate_ci_on_budgets(work):
