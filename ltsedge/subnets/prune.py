@@ -27,10 +27,10 @@ import numpy as np
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.files import sha256_of
+from ltsedge.subnets.evaluated import LOSSES, Evaluated
 
 DEFAULT_CONTEXT = 2048  # an app's chat: the time per token once 2048 tokens are in the cache
 DEFAULT_SEQUENCE = 512  # the prompt whose prefill is timed beside it
-LOSSES = "losses.jsonl"
 NEEDS = ("torch", "pymoo", "safetensors", "tokenizers")
 OUTPUTS = ("frontier.json", "frontier.csv", "candidates.csv", "prune.json", LOSSES)
 
@@ -65,23 +65,6 @@ class PruneOptions:
                 raise LtsedgeError(f"--{name.replace('_', '-')} {value!r}: must be an integer >= {low}")
         if not self.speedups or any(not (s > 1.0) or s != s for s in self.speedups):
             raise LtsedgeError(f"--speedups {','.join(map(str, self.speedups))}: each must be a number above 1")
-
-
-@dataclass
-class Evaluated:
-    """One sub-network: its genes, architecture, measured loss and speed figures."""
-
-    genes: object
-    arch: object
-    loss: object  # HeldOutLoss
-    repaired: bool
-    speed: object  # latency.Speed
-    generation: int
-    source: str  # "parent", a heuristic's name, "search"
-
-    @property
-    def decode_ms(self) -> float:
-        return self.speed.decode_ms
 
 
 @dataclass
@@ -210,9 +193,3 @@ def _reload_losses(quality, outdir, identity: str) -> None:
                                                          float(row["seconds"]))
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a kill: measured again
-
-
-def append_loss(outdir, identity: str, key: str, loss) -> None:
-    path = outdir.path(LOSSES)
-    with open(path, "a") as f:
-        f.write(json.dumps({"identity": identity, "key": key, **loss.to_dict()}, allow_nan=False) + "\n")

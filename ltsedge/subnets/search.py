@@ -63,7 +63,7 @@ def evolve(run, outdir, log) -> None:
 
 def evaluate(run, outdir, genes, source: str, generation: int, repaired: bool):
     """The sub-network ``genes``: loss measured (once), speed measured or predicted."""
-    from ltsedge.subnets.prune import Evaluated, append_loss
+    from ltsedge.subnets.evaluated import Evaluated, append_loss
 
     space, quality = run.space, run.quality
     genes = space.canonical(genes)
