@@ -18,7 +18,7 @@ import numpy as np
 from ltsedge.architecture import Architecture
 from ltsedge.errors import LtsedgeError
 from ltsedge.subnets.genes import check_parent
-from ltsedge.subnets.parent import check_token_ids, model_of, torch, torch_threads
+from ltsedge.subnets.parent import check_token_ids, hooked_pass, model_of, torch
 
 DEFAULT_BATCH = 4  # windows per forward pass
 
@@ -54,13 +54,7 @@ def measure_importance(arch: Architecture, weights: Mapping, windows, batch: int
     model = model_of(arch, weights)
     sums = _Sums(arch)
     handles = [hook for i, layer in enumerate(model.layers) for hook in sums.attach(i, layer)]
-    try:
-        with torch.inference_mode(), torch_threads(threads):
-            for start in range(0, len(windows), batch):
-                model(windows[start:start + batch])
-    finally:
-        for handle in handles:
-            handle.remove()
+    hooked_pass(model, windows, batch, threads, handles)
     n = windows.numel()
     return Importance(tuple(s / n for s in sums.ffn), tuple(s / n for s in sums.kv), sums.influence / n, n)
 

@@ -58,3 +58,15 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def hooked_pass(model, windows: torch.Tensor, batch: int, threads: int | None, handles: list) -> None:
+    """``model`` over ``windows`` [n, window] ``batch`` windows at a time, for what its forward ``handles``
+    (hooks) collect; the hooks are removed afterwards, whatever happens."""
+    try:
+        with torch.inference_mode(), torch_threads(threads):
+            for start in range(0, len(windows), batch):
+                model(windows[start:start + batch])
+    finally:
+        for handle in handles:
+            handle.remove()

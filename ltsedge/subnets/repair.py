@@ -22,7 +22,7 @@ import numpy as np
 from ltsedge.architecture import Architecture
 from ltsedge.subnets.genes import SubnetGenes, SubnetSpace
 from ltsedge.subnets.importance import DEFAULT_BATCH, Importance
-from ltsedge.subnets.parent import model_of, torch, torch_threads
+from ltsedge.subnets.parent import hooked_pass, model_of, torch
 from ltsedge.subnets.slicing import LAYER, layer_rows, slice_state_dict
 
 RIDGE = 1e-3  # of the kept inputs' mean second moment: keeps the solve well posed where inputs are collinear
@@ -55,13 +55,7 @@ def measure_grams(arch: Architecture, weights: Mapping, windows, batch: int = DE
     handles = [h for i, layer in enumerate(model.layers) for h in (
         layer.self_attn.o_proj.register_forward_pre_hook(adder(attention, i)),
         layer.mlp.down_proj.register_forward_pre_hook(adder(ffn, i)))]
-    try:
-        with torch.inference_mode(), torch_threads(threads):
-            for start in range(0, len(windows), batch):
-                model(windows[start:start + batch])
-    finally:
-        for handle in handles:
-            handle.remove()
+    hooked_pass(model, windows, batch, threads, handles)
     return Grams(tuple(attention), tuple(ffn), windows.numel())
 
 
