@@ -57,6 +57,24 @@ def test_a_recorded_file_survives_a_reopen_and_a_damaged_manifest_is_refused(tmp
         OutputDir(tmp_path).open()
 
 
+def test_a_half_written_file_of_a_killed_run_is_adopted_and_a_stranger_is_not(tmp_path):
+    with OutputDir(tmp_path) as out:
+        out.path(".scratch/x.onnx")  # recorded, then killed while writing x.onnx.partial
+    (tmp_path / ".scratch" / "x.onnx.partial").write_bytes(b"half")
+    (tmp_path / ".scratch" / "x.onnx.data.partial").write_bytes(b"half")
+    with OutputDir(tmp_path) as out:
+        assert out.files_under(".scratch") == [".scratch/x.onnx", ".scratch/x.onnx.data.partial",
+                                               ".scratch/x.onnx.partial"]
+        for rel in out.files_under(".scratch"):
+            out.remove(rel)
+    assert not (tmp_path / ".scratch").exists()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "theirs.onnx.partial").write_bytes(b"someone else's")
+    with pytest.raises(LtsedgeError, match="theirs.onnx.partial was not written by ltsedge search"):
+        OutputDir(tmp_path).open()
+    assert (tmp_path / "models" / "theirs.onnx.partial").read_bytes() == b"someone else's"
+
+
 def test_two_searches_never_share_a_directory(tmp_path):
     first = OutputDir(tmp_path).open()
     try:

@@ -23,6 +23,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.files import check_writable, write_atomically
 
 MANIFEST = ".ltsedge-manifest.json"
+PARTIAL = ".partial"  # the suffix of files.write_atomically's and the exporters' half-written files
 LOCK = ".ltsedge.lock"
 OUTPUTS = ("frontier.json", "frontier.csv", "candidates.csv", "baseline.csv", "search.json", "checkpoint.json",
            "candidates.jsonl", "published.jsonl")
@@ -56,7 +57,9 @@ class OutputDir:
         try:
             self._real_root = self.root.resolve()
             self._files = self._read_manifest()
-            foreign = [rel for rel in self._existing() if rel not in self._files]
+            existing = self._existing()
+            self.claim(*[rel for rel in existing if rel not in self._files and self._half_written(rel)])
+            foreign = [rel for rel in existing if rel not in self._files]
             if foreign:
                 more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
                 clears = ", ".join(f"{d}/" for d in self.owned_dirs) + " and " if self.owned_dirs else ""
@@ -133,6 +136,14 @@ class OutputDir:
             raise LtsedgeError(f"{what} a path outside {self.root} (ltsedge touches nothing outside its output "
                                f"directory); choose another {self.option}")
         return path
+
+    def _half_written(self, rel: str) -> bool:
+        """``rel`` is the ``<name>.partial`` that ltsedge's atomic writes leave when killed mid-write, of a
+        recorded file (or of the ``.data`` beside a recorded model): ours, adopted so a resume clears it."""
+        if not rel.endswith(PARTIAL):
+            return False
+        target = rel[: -len(PARTIAL)]
+        return target in self._files or (target.endswith(".data") and target[: -len(".data")] in self._files)
 
     def _existing(self) -> list[str]:
         found = [name for name in self.outputs if os.path.lexists(self.root / name)]
