@@ -57,6 +57,18 @@ def test_a_recorded_file_survives_a_reopen_and_a_damaged_manifest_is_refused(tmp
         OutputDir(tmp_path).open()
 
 
+def test_a_move_keeps_the_bytes_and_the_records_and_refuses_a_stranger(tmp_path):
+    with OutputDir(tmp_path) as out:
+        out.path(".scratch/b/model.onnx").write_bytes(b"measured")
+        moved = out.move(".scratch/b/model.onnx", "models/fast/model.onnx")
+        assert moved.read_bytes() == b"measured" and not (tmp_path / ".scratch").exists()
+        assert out.files_under("models") == ["models/fast/model.onnx"] and out.files_under(".scratch") == []
+        (tmp_path / "mine.txt").write_text("mine")
+        with pytest.raises(LtsedgeError, match="did not write it"):
+            out.move("mine.txt", "models/mine.txt")
+    assert (tmp_path / "mine.txt").read_text() == "mine"
+
+
 def test_a_half_written_file_of_a_killed_run_is_adopted_and_a_stranger_is_not(tmp_path):
     with OutputDir(tmp_path) as out:
         out.path(".scratch/x.onnx")  # recorded, then killed while writing x.onnx.partial

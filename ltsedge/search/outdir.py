@@ -115,6 +115,15 @@ class OutputDir:
             parent.rmdir()
             parent = parent.parent
 
+    def move(self, source: str, target: str) -> Path:
+        """Rename a recorded file to ``target`` (recorded first, as ``path`` does): its bytes are unchanged."""
+        if source not in self._files:
+            raise LtsedgeError(f"refusing to move {self.root / source}: ltsedge did not write it")
+        path = self.path(target)
+        os.replace(self._inside(source), path)
+        self.remove(source)  # the record and the folders it leaves empty; the file is already gone
+        return path
+
     def files_under(self, directory: str) -> list[str]:
         prefix = directory.rstrip("/") + "/"
         return sorted(r for r in self._files if r.startswith(prefix))

@@ -12,7 +12,6 @@ and the cost model learns from all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ltsedge.architecture import Architecture
 from ltsedge.costmodel.samples import load_cost_model
@@ -39,7 +38,8 @@ class SpeedOracle:
     """Figures of architectures of one parent on one device: ``measure`` times them, ``speed`` answers from
     what was measured, else from the cost model, else by measuring."""
 
-    def __init__(self, profile: DeviceProfile, runner, store, scratch: Path, export: ExportOptions):
+    def __init__(self, profile: DeviceProfile, runner, store, scratch, export: ExportOptions):
+        """``scratch``: the run's OutputDir (its recorded .scratch/) or a folder, where candidates are written."""
         self.profile, self.runner, self.store, self.export = profile, runner, store, export
         self.evaluator = CandidateEvaluator(coarse(profile), runner, store, scratch, Budgets(), base_profile=profile,
                                             export=export, objective="decode")

@@ -26,14 +26,18 @@ def write_outputs(result, outdir) -> None:
     rows = [model_row(p, parent) for p in [parent, *result.models]]
     document = {
         "parent": rows[0], "models": rows[1:], "missed_speedups": result.missed,
+        "speedups": {f"{t:g}": name for t, name in result.targets.items()},
         "front": [candidate_row(e, run.parent) for e in result.front],
+        "timed": [timed_row(p, parent) for p in result.timed],
         "known_prunings": result.comparison, "repair": {"used_in_search": run.use_repair, "probe": run.repair_probe},
         "figures": {
             "loss_shipped": "measured: the bundle's model in onnxruntime at its precision, on the held-out windows",
             "loss_fp32": "measured: the sub-network in PyTorch at float32, on the held-out windows",
             "decode_ms": "measured: the bundles side by side, " + _loop(run) + ", mean of the medians of "
                          f"{len(parent.rounds)} rounds",
-            "front": "speed measured coarsely during the search (candidates.csv says which were predicted)"},
+            "front": "speed measured coarsely during the search (candidates.csv says which were predicted)",
+            "timed": "the front's models timed beside the parent to choose from: the search's speed-up, the "
+                     "measured one, the shipped loss; bundles of those not published are deleted"},
         "settings": _settings(run), "machine": run.oracle.evaluator.fingerprint, "seconds": result.seconds,
         "versions": _versions(),
     }
@@ -65,6 +69,16 @@ def model_row(p, parent) -> dict:
             "repaired": p.repaired, "layers": arch.n_layer, "kv_heads": " ".join(map(str, arch.kv_heads)),
             "query_heads": " ".join(map(str, arch.n_head)), "ffn": " ".join(map(str, arch.d_inner)),
             "decoder_params": _params(arch), "bundle": f"models/{p.name}", "files": p.files}
+
+
+def timed_row(p, parent) -> dict:
+    """A front model timed beside the parent, published or not."""
+    decode, base = p.figure("decode_latency_ms"), parent.figure("decode_latency_ms")
+    return {"candidate": p.candidate or p.name, "published_as": p.name if p.bundle else None,
+            "search_speedup": parent.evaluated.decode_ms / p.evaluated.decode_ms,
+            "decode_speedup": base / decode if decode and base else None, "decode_ms": decode,
+            "loss_shipped": p.shipped_loss.nats if p.shipped_loss else None, "loss_fp32": p.fp32_loss.nats,
+            "repaired": p.repaired, "layers": p.evaluated.arch.n_layer, "architecture": p.evaluated.arch.id}
 
 
 def candidate_row(e, parent) -> dict:

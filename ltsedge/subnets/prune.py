@@ -94,7 +94,7 @@ def run_prune(options: PruneOptions, log: Callable[[str], None] = print):
 
     for module in NEEDS:  # the extra's modules, each named in one line where missing, before any work
         require(module, "ltsedge prune")
-    from ltsedge.search.outdir import OWNED_DIRS, OutputDir
+    from ltsedge.search.outdir import OWNED_DIRS, SCRATCH, OutputDir
     from ltsedge.store import MeasurementStore
     from ltsedge.subnets.publish import publish
 
@@ -103,6 +103,8 @@ def run_prune(options: PruneOptions, log: Callable[[str], None] = print):
     inputs = _read_inputs(options, log)  # every bad input refused here, before anything is written
     with OutputDir(options.out_dir, outputs=OUTPUTS, owned_dirs=OWNED_DIRS, tool="ltsedge prune") as outdir, \
             MeasurementStore(options.store_path) as store:
+        for rel in outdir.files_under(SCRATCH):  # what a killed run was writing or timing
+            outdir.remove(rel)
         run = _measure_parent(options, inputs, outdir, store, log, started)
         return publish(run, outdir, store, log)
 
@@ -170,7 +172,7 @@ def _measure_parent(options, inputs: _Inputs, outdir, store, log, started) -> Pr
     _reload_losses(quality, outdir, inputs.identity)
     with Runner(coarse(profile), log=log) as runner:
         runner.use_pinned(pinned_calibration(store, runner, log=log))
-        oracle = SpeedOracle(profile, runner, store, outdir.root / ".scratch", export)
+        oracle = SpeedOracle(profile, runner, store, outdir, export)
         run = PruneRun(options, folder, space, quality, oracle, profile, export, identity=inputs.identity)
         run.seconds["setup"] = time.time() - started
         evolve(run, outdir, log)

@@ -1,12 +1,15 @@
 """Publishing a pruning run: bundles a user can ship, with the parent's weights sliced (and repaired where
 the measured loss says it helps), its tokenizer and chat template; every figure of them measured on the files.
 
-- Which: for each asked speed-up (1.25x, 1.5x the parent's decode speed), the front's lowest-loss sub-network
-  at least that fast in the search's figures; then others of the front, spread over it, up to ``max_bundles``.
-- Loss: measured for each published model in PyTorch at float32, with and without repair (the lower is
-  shipped), then on the shipped file itself in onnxruntime at its precision (``bundle_loss``).
-- Speed: the parent's bundle and the published ones timed side by side in one run, twice, in opposite orders,
-  at the device profile's own repeat policy; their figures are the mean of the two medians.
+- Which: for each asked speed-up (1.25x, 1.5x the parent's decode speed), a few front models that reach it in
+  the search's figures are written as bundles and timed beside the parent (``choice``); the one of lowest
+  shipped loss that reaches it there is published under the speed-up's name; then others of the front, spread
+  over it, up to ``max_bundles``. The bundles not chosen are deleted; every timed one is listed in the outputs.
+- Loss: measured for each timed model in PyTorch at float32, with and without repair (the lower is shipped),
+  then on the bundle's file itself in onnxruntime at its precision (``bundle_loss``).
+- Speed: the parent's bundle and the others timed side by side in one run, twice, in opposite orders, at the
+  device profile's own repeat policy; their figures are the mean of the two medians. A chosen bundle is moved,
+  not rewritten: the published file is the file measured.
 - Against the known prunings: at each one's measured decode latency, the best loss the search found at that
   latency or less.
 """
@@ -17,9 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ltsedge.subnets.choice import choose, shortlist
 from ltsedge.subnets.search import measured_front
 
 MODELS = "models"
+TIMED = ".scratch/publish"  # the shortlisted bundles while they are timed; the chosen ones move to models/
 MODEL_FILE = "model.onnx"
 ROUNDS = 2
 
@@ -35,6 +40,7 @@ class PublishedSubnet:
     bundle: Path | None = None
     files: dict = field(default_factory=dict)
     rounds: list = field(default_factory=list)  # Measurement per side-by-side round
+    candidate: str = ""  # its name while it was timed (candidate-N)
 
     def figure(self, name: str) -> float | None:
         values = [getattr(m, name) for m in self.rounds if m.ok and getattr(m, name) is not None]
@@ -50,51 +56,77 @@ class Published:
     comparison: list[dict]
     missed: list[float]  # speed-ups no front model reached
     seconds: dict
+    timed: list = field(default_factory=list)  # every front model timed beside the parent, published or not
+    targets: dict = field(default_factory=dict)  # asked speed-up -> the published model's name (None: missed)
 
 
 def publish(run, outdir, store, log) -> Published:
+    from ltsedge.subnets.bundle_loss import bundle_loss
     from ltsedge.subnets.outputs import write_outputs
 
     started = time.time()
     front = measured_front(run)
-    chosen, missed = choose(front, run.parent, run.options.speedups, run.options.max_bundles)
-    for target in missed:
-        log(f"no sub-network of the front reached {target:g}x the parent's decode speed")
+    pool, extra = shortlist(front, run.parent, run.options.speedups, run.options.max_bundles)
     parent = PublishedSubnet("parent", run.parent, None, False, run.parent.loss)
-    models = [_decided(run, name, e, target) for name, e, target in chosen]
-    for p in [parent, *models]:
-        _write_bundle(run, outdir, p)
-    log(f"wrote {len(models)} bundles and the parent's under {outdir.root / MODELS}")
-    _time_side_by_side(run, store, [parent, *models], log)
-    for p in [parent, *models]:
-        from ltsedge.subnets.bundle_loss import bundle_loss
-
+    timed = [_decided(run, f"candidate-{i + 1}", e, None) for i, e in enumerate(pool)]
+    _write_bundle(run, outdir, parent, f"{MODELS}/parent")
+    for p in timed:
+        _write_bundle(run, outdir, p, f"{TIMED}/{p.name}")
+    log(f"timing the parent's bundle beside {len(timed)} of the front's")
+    _time_side_by_side(run, store, [parent, *timed], log)
+    for p in [parent, *timed]:
         p.shipped_loss = bundle_loss(p.bundle / MODEL_FILE, run.quality.held_out, threads=run.options.threads)
+    base = parent.figure("decode_latency_ms")
+    chosen, targets = choose(timed, run.options.speedups, [p for p in timed if any(p.evaluated is e for e in extra)],
+                            run.options.max_bundles, speedup=lambda p: _speedup(base, p),
+                            loss=lambda p: p.shipped_loss.nats)
+    missed = [target for target, name in targets.items() if name is None]
+    for target in missed:
+        best = max((_speedup(base, p) for p in timed), default=0.0)
+        log(f"no sub-network of the front reached {target:g}x the parent's decode speed beside it "
+            f"(the fastest timed: {best:.2f}x)")
+    for target, name in targets.items():
+        if name and not name.startswith(f"speedup-{target:g}x"):
+            log(f"{name} is also the lowest loss at {target:g}x the parent's decode speed")
+    models = [_publish_one(run, outdir, p, name, target) for name, p, target in chosen]
+    for p in timed:
+        if all(p is not m for m in models):
+            for rel in list(p.files):
+                outdir.remove(rel)
+            p.bundle, p.files = None, {}
+    _clear_stale(outdir, [parent, *models])
     result = Published(run, parent, models, front, compare_known(run), missed,
-                       {**run.seconds, "publish": time.time() - started})
+                       {**run.seconds, "publish": time.time() - started}, timed, targets)
     write_outputs(result, outdir)
     return result
 
 
-def choose(front: list, parent, speedups, limit: int) -> tuple[list, list[float]]:
-    """(name, sub-network, speed-up) to publish, and the speed-ups none reached."""
-    chosen, missed, taken = [], [], set()
-    for target in sorted(speedups):
-        fast = [e for e in front if e.decode_ms * target <= parent.decode_ms and e.genes != parent.genes]
-        if not fast:
-            missed.append(target)
-            continue
-        best = min(fast, key=lambda e: e.loss.nats)
-        if id(best) not in taken and len(chosen) < limit:
-            taken.add(id(best))
-            chosen.append((f"speedup-{target:g}x", best, target))
-    rest = [e for e in front if id(e) not in taken and e.genes != parent.genes]
-    room = limit - len(chosen)
-    if room > 0 and rest:
-        step = len(rest) / room
-        picks = sorted({int(i * step) for i in range(min(room, len(rest)))})
-        chosen += [(f"front-{k + 1}", rest[i], None) for k, i in enumerate(picks)]
-    return chosen, missed
+def _speedup(base: float | None, p: PublishedSubnet) -> float:
+    decode = p.figure("decode_latency_ms")
+    return base / decode if base and decode else 0.0
+
+
+def _clear_stale(outdir, published: list[PublishedSubnet]) -> None:
+    """An earlier run's bundles in models/ that this one did not publish: its frontier.json no longer lists
+    them (removed only now, so a run cut short leaves the earlier run's bundles whole)."""
+    keep = {rel for p in published for rel in p.files}
+    keep |= {f"{MODELS}/{p.name}.{ext}" for p in published for ext in ("json", "safetensors")}
+    for rel in outdir.files_under(MODELS):
+        if rel not in keep:
+            outdir.remove(rel)
+
+
+def _publish_one(run, outdir, p: PublishedSubnet, name: str, target) -> PublishedSubnet:
+    """A chosen bundle moved (its bytes unchanged) to ``models/NAME``, its sources written beside it."""
+    p.candidate, p.name, p.target = p.name, name, target
+    files = {}
+    for rel, sha in p.files.items():
+        moved = f"{MODELS}/{name}/{rel.rsplit('/', 1)[1]}"
+        outdir.move(rel, moved)
+        files[moved] = sha
+    p.bundle, p.files = outdir.root / MODELS / name, files
+    _write_sources(outdir, name, *run.quality.child(p.evaluated.genes, p.repaired))
+    return p
 
 
 def _decided(run, name: str, e, target) -> PublishedSubnet:
@@ -107,17 +139,17 @@ def _decided(run, name: str, e, target) -> PublishedSubnet:
     return PublishedSubnet(name, e, target, better, fixed if better else raw)
 
 
-def _write_bundle(run, outdir, p: PublishedSubnet) -> None:
+def _write_bundle(run, outdir, p: PublishedSubnet, rel: str) -> None:
     from ltsedge.exporters import export_model
     from ltsedge.exporters.bundle import write_bundle
 
     arch, state = run.quality.child(p.evaluated.genes, p.repaired)
     exported = export_model(arch, run.export, weights=state, weights_source=f"the parent's weights ({p.name})")
-    folder = outdir.root / MODELS / p.name
-    files = write_bundle(exported, folder, tokenizer=run.folder.tokenizer,
+    files = write_bundle(exported, outdir.root / rel, tokenizer=run.folder.tokenizer,
                          claim=lambda path: outdir.path(path.relative_to(outdir.root).as_posix()))
-    p.bundle, p.files = folder, {f"{MODELS}/{p.name}/{name}": sha for name, sha in files.items()}
-    _write_sources(outdir, p.name, arch, state)
+    p.bundle, p.files = outdir.root / rel, {f"{rel}/{name}": sha for name, sha in files.items()}
+    if p.name == "parent":
+        _write_sources(outdir, p.name, arch, state)
 
 
 def _write_sources(outdir, name: str, arch, state: dict) -> None:
