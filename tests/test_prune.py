@@ -258,11 +258,18 @@ def test_a_published_bundle_generates_as_its_pytorch_child(pruned):
 
 
 def test_a_second_run_reuses_every_measured_loss(pruned, tmp_path):
+    from ltsedge.search.outdir import OutputDir
+
     root, _ = pruned
-    losses = (root / "out" / "losses.jsonl").read_text().splitlines()
-    proc = run_ltsedge(*prune_args(root, root / "out"))
+    out = root / "out"
+    losses = (out / "losses.jsonl").read_text().splitlines()
+    with OutputDir(out, outputs=(), owned_dirs=(".scratch",), tool="ltsedge prune") as recorded:
+        recorded.path(".scratch/killed.onnx")  # recorded, then killed while writing it
+    (out / ".scratch" / "killed.onnx.partial").write_bytes(b"half")
+    proc = run_ltsedge(*prune_args(root, out))
     assert proc.returncode == 0, proc.stderr
-    assert (root / "out" / "losses.jsonl").read_text().splitlines() == losses  # nothing measured twice
+    assert (out / "losses.jsonl").read_text().splitlines() == losses  # nothing measured twice
+    assert not (out / ".scratch").exists()  # what the killed run left is cleared, not refused
 
 
 @pytest.mark.parametrize("text, changes, message", [
