@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ltsedge.subnets.outputs import model_row
+from ltsedge.subnets.outputs import model_row, timed_row
 
 
 def print_summary(result, console: Console | None = None) -> None:
@@ -21,6 +21,15 @@ def print_summary(result, console: Console | None = None) -> None:
                       _f(r["peak_memory_mb"], digits=0), _f(r["loss_shipped"], digits=3),
                       _f(r["loss_shipped_delta"], digits=3, sign=True), str(r["layers"]), "yes" if p.repaired else "no")
     console.print(table)
+    if result.timed:
+        timed = Table(title="the front's models timed beside the parent to choose from")
+        for column in ("timed", "search's speed-up", "beside the parent", "loss (shipped)", "layers", "published as"):
+            timed.add_column(column, justify="left" if column in ("timed", "published as") else "right")
+        for p in result.timed:
+            r = timed_row(p, result.parent)
+            timed.add_row(r["candidate"], _f(r["search_speedup"], "x"), _f(r["decode_speedup"], "x"),
+                          _f(r["loss_shipped"], digits=3), str(r["layers"]), r["published_as"] or "-")
+        console.print(timed)
     if result.comparison:
         known = Table(title="known prunings against the search, at equal measured decode latency")
         for column in ("pruning", "decode ms", "its loss", "search's loss", "lower"):
