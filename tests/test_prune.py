@@ -148,8 +148,10 @@ def test_published_models_are_chosen_on_side_by_side_figures_not_the_searchs():
     parent = NS(genes="p", decode_ms=30.0)
     a, b, c, d = (NS(genes=k, decode_ms=ms, loss=l) for k, ms, l in
                   (("a", 24.0, 0.1), ("b", 20.0, 0.2), ("c", 17.0, 0.4), ("d", 10.0, 1.5)))
-    pool, extra = shortlist([parent, a, b, c, d], parent, (1.25, 1.5), limit=3)
-    assert pool[:3] == [a, b, c] and extra == [d]  # 1.25x: a, b, c; 1.5x: b, c (d is beyond the band)
+    shortgpt = NS(genes="s", decode_ms=22.0, loss=NS(nats=0.15))  # dominated by a in the search's figures
+    pool, extra = shortlist([parent, a, b, c, d], parent, (1.25, 1.5), limit=3, known=[shortgpt])
+    assert pool == [a, b, shortgpt, c, d] and extra == [d]  # 1.25x: a, b and ShortGPT; 1.5x: b, c
+    pool.remove(shortgpt)
     beside = {"a": 1.2, "b": 1.4, "c": 1.6, "d": 2.9}  # a and b were measured fast in the search
     chosen, targets = choose(pool, (1.25, 1.5), extra, 3, speedup=lambda m: beside[m.genes], loss=lambda m: m.loss)
     assert [(name, m.genes) for name, m, _ in chosen] == [("speedup-1.5x", "c"), ("speedup-1.25x", "b"),
@@ -158,6 +160,11 @@ def test_published_models_are_chosen_on_side_by_side_figures_not_the_searchs():
     chosen, targets = choose(pool, (1.25, 3.0), extra, 3, speedup=lambda m: beside[m.genes], loss=lambda m: m.loss)
     assert targets == {1.25: "speedup-1.25x", 3.0: None}
     assert [m.genes for _, m, _ in chosen] == ["b", "d", "c"]  # then the fastest timed of the rest
+    beside["s"] = 1.3  # the known pruning timed: beside the parent it beats the front's models at 1.25x
+    chosen, targets = choose([*pool, shortgpt], (1.25, 1.5), extra, 3, speedup=lambda m: beside[m.genes],
+                             loss=lambda m: m.loss if isinstance(m.loss, float) else m.loss.nats, front=pool)
+    assert [(name, m.genes) for name, m, _ in chosen] == [("speedup-1.5x", "c"), ("speedup-1.25x", "s"),
+                                                           ("front-1", "d")]
     beside["b"] = 1.1  # now c, the lowest loss at 1.5x, is the lowest at 1.25x too: it serves both
     chosen, targets = choose(pool, (1.25, 1.5), extra, 3, speedup=lambda m: beside[m.genes], loss=lambda m: m.loss)
     assert targets == {1.25: "speedup-1.5x", 1.5: "speedup-1.5x"}

@@ -74,7 +74,8 @@ def model_row(p, parent) -> dict:
 def timed_row(p, parent) -> dict:
     """A front model timed beside the parent, published or not."""
     decode, base = p.figure("decode_latency_ms"), parent.figure("decode_latency_ms")
-    return {"candidate": p.candidate or p.name, "published_as": p.name if p.bundle else None,
+    return {"candidate": p.candidate or p.name, "source": p.evaluated.source,
+            "published_as": p.name if p.bundle else None,
             "search_speedup": parent.evaluated.decode_ms / p.evaluated.decode_ms,
             "decode_speedup": base / decode if decode and base else None, "decode_ms": decode,
             "loss_shipped": p.shipped_loss.nats if p.shipped_loss else None, "loss_fp32": p.fp32_loss.nats,

@@ -66,20 +66,21 @@ def publish(run, outdir, store, log) -> Published:
 
     started = time.time()
     front = measured_front(run)
-    pool, extra = shortlist(front, run.parent, run.options.speedups, run.options.max_bundles)
+    pool, extra = shortlist(front, run.parent, run.options.speedups, run.options.max_bundles, run.heuristics)
     parent = PublishedSubnet("parent", run.parent, None, False, run.parent.loss)
     timed = [_decided(run, f"candidate-{i + 1}", e, None) for i, e in enumerate(pool)]
     _write_bundle(run, outdir, parent, f"{MODELS}/parent")
     for p in timed:
         _write_bundle(run, outdir, p, f"{TIMED}/{p.name}")
-    log(f"timing the parent's bundle beside {len(timed)} of the front's")
+    log(f"timing the parent's bundle beside {len(timed)} of the front's and the known prunings'")
     _time_side_by_side(run, store, [parent, *timed], log)
     for p in [parent, *timed]:
         p.shipped_loss = bundle_loss(p.bundle / MODEL_FILE, run.quality.held_out, threads=run.options.threads)
     base = parent.figure("decode_latency_ms")
     chosen, targets = choose(timed, run.options.speedups, [p for p in timed if any(p.evaluated is e for e in extra)],
                             run.options.max_bundles, speedup=lambda p: _speedup(base, p),
-                            loss=lambda p: p.shipped_loss.nats)
+                            loss=lambda p: p.shipped_loss.nats,
+                            front=[p for p in timed if any(p.evaluated is e for e in front)])
     missed = [target for target, name in targets.items() if name is None]
     for target in missed:
         best = max((_speedup(base, p) for p in timed), default=0.0)

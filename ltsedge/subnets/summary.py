@@ -27,7 +27,7 @@ def print_summary(result, console: Console | None = None) -> None:
             timed.add_column(column, justify="left" if column in ("timed", "published as") else "right")
         for p in result.timed:
             r = timed_row(p, result.parent)
-            timed.add_row(r["candidate"], _f(r["search_speedup"], "x"), _f(r["decode_speedup"], "x"),
+            timed.add_row(f"{r['candidate']} ({r['source']})", _f(r["search_speedup"], "x"), _f(r["decode_speedup"], "x"),
                           _f(r["loss_shipped"], digits=3), str(r["layers"]), r["published_as"] or "-")
         console.print(timed)
     if result.comparison:
