@@ -54,10 +54,14 @@ class Published:
     models: list[PublishedSubnet]
     front: list
     comparison: list[dict]
-    missed: list[float]  # speed-ups no front model reached
     seconds: dict
     timed: list = field(default_factory=list)  # every front model timed beside the parent, published or not
     targets: dict = field(default_factory=dict)  # asked speed-up -> the published model's name (None: missed)
+
+    @property
+    def missed(self) -> list[float]:
+        """The asked speed-ups no timed model reached beside the parent."""
+        return [target for target, name in self.targets.items() if name is None]
 
 
 def publish(run, outdir, store, log) -> Published:
@@ -68,7 +72,7 @@ def publish(run, outdir, store, log) -> Published:
     front = measured_front(run)
     pool, extra = shortlist(front, run.parent, run.options.speedups, run.options.max_bundles, run.heuristics)
     parent = PublishedSubnet("parent", run.parent, None, False, run.parent.loss)
-    timed = [_decided(run, f"candidate-{i + 1}", e, None) for i, e in enumerate(pool)]
+    timed = [_decided(run, f"candidate-{i + 1}", e) for i, e in enumerate(pool)]
     _write_bundle(run, outdir, parent, f"{MODELS}/parent")
     for p in timed:
         _write_bundle(run, outdir, p, f"{TIMED}/{p.name}")
@@ -81,13 +85,12 @@ def publish(run, outdir, store, log) -> Published:
                             run.options.max_bundles, speedup=lambda p: _speedup(base, p),
                             loss=lambda p: p.shipped_loss.nats,
                             front=[p for p in timed if any(p.evaluated is e for e in front)])
-    missed = [target for target, name in targets.items() if name is None]
-    for target in missed:
+    for target in [t for t, name in targets.items() if name is None]:
         best = max((_speedup(base, p) for p in timed), default=0.0)
         log(f"no sub-network of the front reached {target:g}x the parent's decode speed beside it "
             f"(the fastest timed: {best:.2f}x)")
     for target, name in targets.items():
-        if name and not name.startswith(f"speedup-{target:g}x"):
+        if name and name != f"speedup-{target:g}x":
             log(f"{name} is also the lowest loss at {target:g}x the parent's decode speed")
     models = [_publish_one(run, outdir, p, name, target) for name, p, target in chosen]
     for p in timed:
@@ -96,7 +99,7 @@ def publish(run, outdir, store, log) -> Published:
                 outdir.remove(rel)
             p.bundle, p.files = None, {}
     _clear_stale(outdir, [parent, *models])
-    result = Published(run, parent, models, front, compare_known(run), missed,
+    result = Published(run, parent, models, front, compare_known(run),
                        {**run.seconds, "publish": time.time() - started}, timed, targets)
     write_outputs(result, outdir)
     return result
@@ -130,14 +133,14 @@ def _publish_one(run, outdir, p: PublishedSubnet, name: str, target) -> Publishe
     return p
 
 
-def _decided(run, name: str, e, target) -> PublishedSubnet:
+def _decided(run, name: str, e) -> PublishedSubnet:
     """The model as shipped: repaired or not, whichever the measured float32 loss prefers."""
     raw = run.quality.loss(e.genes, repaired=False)
     if not run.options.repair or not run.quality.repairable(e.genes):
-        return PublishedSubnet(name, e, target, False, raw)
+        return PublishedSubnet(name, e, None, False, raw)
     fixed = run.quality.loss(e.genes, repaired=True)
     better = fixed.nats < raw.nats
-    return PublishedSubnet(name, e, target, better, fixed if better else raw)
+    return PublishedSubnet(name, e, None, better, fixed if better else raw)
 
 
 def _write_bundle(run, outdir, p: PublishedSubnet, rel: str) -> None:
