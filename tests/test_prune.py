@@ -214,6 +214,9 @@ def test_prune_publishes_bundles_whose_files_were_measured(pruned):
         assert row["decode_ms"] > 0 and row["loss_shipped"] is not None and np.isfinite(row["loss_shipped"])
         assert (out / row["bundle"] / "genai_config.json").is_file() and (out / row["bundle"] / "tokenizer.json").is_file()
         assert row["decode_speedup"] == pytest.approx(parent["decode_ms"] / row["decode_ms"])
+        assert row["loads_in"][:2] == ["onnxruntime-genai", "transformers.js"]  # where it loads: said per model
+        assert ("optimum" in row["loads_in"]) == (row["optimum_note"] is None)
+        assert row["optimum_export"] is None or "--cache-layout uniform" in row["optimum_export"]
     for m in models:  # a model named for a speed-up reached it beside the parent
         if m["target_speedup"]:
             assert m["decode_speedup"] >= m["target_speedup"]

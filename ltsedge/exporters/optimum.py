@@ -41,13 +41,19 @@ def optimum_note(exported) -> str | None:
     why = optimum_cache_mismatch(spec, hf_config(arch, cache_layout=exported.cache_layout))
     if why is None:
         return None
-    fix = ""
-    if exported.cache_layout != UNIFORM:
-        try:
-            uniform = backbone.generate_spec(arch, UNIFORM)
-        except LtsedgeError:  # no uniform layout for this model
-            uniform = None
-        if uniform is not None and optimum_cache_mismatch(uniform, hf_config(arch, cache_layout=UNIFORM)) is None:
-            fix = "; --cache-layout uniform exports one it loads (a larger KV cache)"
+    fix = "; --cache-layout uniform exports one it loads (a larger KV cache)" if uniform_loads(exported) else ""
     return f"Optimum's ORTModelForCausalLM cannot load this bundle: {why}{fix} (onnxruntime-genai and " \
            f"transformers.js load it)"
+
+
+def uniform_loads(exported) -> bool:
+    """Would the same model in the uniform cache layout load in Optimum (False where it already is in it, or has
+    no such layout)?"""
+    arch = exported.arch
+    if exported.cache_layout == UNIFORM:
+        return False
+    try:
+        uniform = get_backbone(arch.backbone).generate_spec(arch, UNIFORM)
+    except LtsedgeError:  # no uniform layout for this model
+        return False
+    return optimum_cache_mismatch(uniform, hf_config(arch, cache_layout=UNIFORM)) is None

@@ -23,7 +23,7 @@ CANDIDATE_COLUMNS = ["source", "generation", "loss_fp32", "loss_delta", "repaire
 
 def write_outputs(result, outdir) -> None:
     run, parent = result.run, result.parent
-    rows = [model_row(p, parent) for p in [parent, *result.models]]
+    rows = [{**model_row(p, parent), **runtimes(p, run.export.precision)} for p in [parent, *result.models]]
     document = {
         "parent": rows[0], "models": rows[1:], "missed_speedups": result.missed,
         "speedups": {f"{t:g}": name for t, name in result.targets.items()},
@@ -37,7 +37,12 @@ def write_outputs(result, outdir) -> None:
                          f"{len(parent.rounds)} rounds",
             "front": "speed measured coarsely during the search (candidates.csv says which were predicted)",
             "timed": "the front's models timed beside the parent to choose from: the search's speed-up, the "
-                     "measured one, the shipped loss; bundles of those not published are deleted"},
+                     "measured one, the shipped loss; bundles of those not published are deleted",
+            "loads_in": "the runtimes that load the bundle as written: onnxruntime-genai and transformers.js read "
+                        "each cache's shape from the graph; Optimum sizes every cache from config.json (one key/value "
+                        "head count, and a head size of hidden_size / num_attention_heads), so a model whose layers "
+                        "keep different heads loads there only re-exported as optimum_export says (run in this "
+                        "folder)"},
         "settings": _settings(run), "machine": run.oracle.evaluator.fingerprint, "seconds": result.seconds,
         "versions": _versions(),
     }
@@ -69,6 +74,22 @@ def model_row(p, parent) -> dict:
             "repaired": p.repaired, "layers": arch.n_layer, "kv_heads": " ".join(map(str, arch.kv_heads)),
             "query_heads": " ".join(map(str, arch.n_head)), "ffn": " ".join(map(str, arch.d_inner)),
             "decoder_params": _params(arch), "bundle": f"models/{p.name}", "files": p.files}
+
+
+def runtimes(p, precision: str) -> dict:
+    """Where a published bundle loads, and how to export it for Optimum where it does not."""
+    loads = ["onnxruntime-genai", "transformers.js"] + (["optimum"] if p.optimum is None else [])
+    return {"loads_in": loads, "optimum_note": p.optimum, "optimum_export": optimum_export(p, precision)}
+
+
+def optimum_export(p, precision: str) -> str | None:
+    """The command that exports a published model Optimum cannot load in the layout it loads (None: it loads,
+    or no layout of the model does): from the sources beside the bundle, with every key/value head count made
+    the same (a larger KV cache; onnxruntime-genai and transformers.js load the bundle as published)."""
+    if p.optimum is None or not p.optimum_uniform:
+        return None
+    return (f"ltsedge export models/{p.name}.json --weights models/{p.name}.safetensors --variant generate "
+            f"--precision {precision} --cache-layout uniform -o {p.name}-uniform")
 
 
 def timed_row(p, parent) -> dict:

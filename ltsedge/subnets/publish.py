@@ -41,6 +41,8 @@ class PublishedSubnet:
     files: dict = field(default_factory=dict)
     rounds: list = field(default_factory=list)  # Measurement per side-by-side round
     candidate: str = ""  # its name while it was timed (candidate-N)
+    optimum: str | None = None  # why Optimum's ORTModelForCausalLM cannot load the bundle (None: it loads)
+    optimum_uniform: bool = False  # ... and the uniform cache layout of the same model would load there
 
     def figure(self, name: str) -> float | None:
         values = [getattr(m, name) for m in self.rounds if m.ok and getattr(m, name) is not None]
@@ -146,12 +148,14 @@ def _decided(run, name: str, e) -> PublishedSubnet:
 def _write_bundle(run, outdir, p: PublishedSubnet, rel: str) -> None:
     from ltsedge.exporters import export_model
     from ltsedge.exporters.bundle import write_bundle
+    from ltsedge.exporters.optimum import optimum_note, uniform_loads
 
     arch, state = run.quality.child(p.evaluated.genes, p.repaired)
     exported = export_model(arch, run.export, weights=state, weights_source=f"the parent's weights ({p.name})")
     files = write_bundle(exported, outdir.root / rel, tokenizer=run.folder.tokenizer,
                          claim=lambda path: outdir.path(path.relative_to(outdir.root).as_posix()))
     p.bundle, p.files = outdir.root / rel, {f"{rel}/{name}": sha for name, sha in files.items()}
+    p.optimum, p.optimum_uniform = optimum_note(exported), uniform_loads(exported)
     if p.name == "parent":
         _write_sources(outdir, p.name, arch, state)
 

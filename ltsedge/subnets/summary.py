@@ -38,6 +38,12 @@ def print_summary(result, console: Console | None = None) -> None:
             known.add_row(row["pruning"], _f(row["decode_ms"]), _f(row["loss"], digits=3),
                           _f(row["search_loss"], digits=3), "yes" if row["search_lower"] else "no")
         console.print(known)
+    unloadable = [p for p in [result.parent, *result.models] if p.optimum]
+    if unloadable:
+        console.print(f"note: Optimum's ORTModelForCausalLM cannot load {', '.join(p.name for p in unloadable)} "
+                      f"as published (it sizes every cache from config.json; onnxruntime-genai and transformers.js "
+                      f"load them): frontier.json's optimum_note says why, and optimum_export how to export one it "
+                      f"loads where the model has one")
     for target in result.missed:
         console.print(f"no sub-network reached {target:g}x the parent's decode speed")
     console.print(f"outputs in {result.run.options.out_dir}")
