@@ -796,6 +796,8 @@ def test_the_drift_limit_widens_with_the_wander_the_run_has_shown():
         guard.drifted(ms)
     assert guard.limit == pytest.approx(0.36, abs=0.02) and not guard.drifted(12.5)
     assert guard.drifted(14.5)  # +45%: beyond even this run's wander
+    # The limit it was judged against is the one said, not the wider one it leaves behind.
+    assert guard.judged_limit == pytest.approx(0.36, abs=0.02) and guard.limit > guard.judged_limit
 
 
 @pytest.mark.parametrize("limit, message", [({"timeout_s": 0.01}, "timed out after 0.01 s"),

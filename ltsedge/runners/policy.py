@@ -206,6 +206,7 @@ class DriftGuard:
         self.calibration = calibration
         self.floor = floor
         self.history: list[float] = []  # relative changes of the reference's medians, model after model
+        self.judged_limit = floor  # the limit of the last judgement
 
     @property
     def limit(self) -> float:
@@ -216,9 +217,10 @@ class DriftGuard:
         return reference_ms / self.calibration.reference_ms - 1
 
     def drifted(self, reference_ms: float) -> bool:
-        """Beyond the noise so far? (Then remembered as part of the run's noise.)"""
+        """Beyond the noise so far (``judged_limit``)? (Then remembered as part of the run's noise.)"""
         change = self.change(reference_ms)
-        beyond = abs(change) > self.limit
+        self.judged_limit = self.limit  # what the change was judged against, before it widens the limit
+        beyond = abs(change) > self.judged_limit
         self.history = (self.history + [change])[-self.HISTORY:]
         return beyond
 

@@ -112,7 +112,7 @@ class Runner(RunnerCalibration):
             if result.drift is not None and self.profile.drift_check_every:
                 guard, _ = self._watched(result)
                 self.log(f"the reference model ran {result.drift:+.0%} against the run's calibration while "
-                         f"model {i + 1} was timed (limit {guard.limit:.0%}); measuring it again")
+                         f"model {i + 1} was timed (limit {guard.judged_limit:.0%}); measuring it again")
                 report(i, result)
                 self._cool_down()
                 result = self.measure(model, shapes=shapes, race=race(i) if race else None)
