@@ -91,7 +91,7 @@ def fast_kind(backbone, form: str | None = None) -> str:
     """The architecture the fast loop (``-m "not slow"``) checks a backbone on: the one with the most of what
     it declares (adaptive embeddings with PAR layers, PAR layers, grouped heads, or plain; grouped heads its
     fused attention takes for the contrib form); the others are ``slow``."""
-    kinds = ("fused_grouped",) if form == "contrib" else ("adaptive", "par", "grouped", "plain")
+    kinds = ("fused_grouped", "plain") if form == "contrib" else ("adaptive", "par", "grouped", "plain")
     return next(kind for kind in kinds if kind in contract_archs(backbone))
 
 
@@ -406,6 +406,17 @@ PINS = {
     ("llama", "grouped", "generate", "contrib"): "681985b3d44237b7ea3cb5b8148a713da1ce9c84b0b46a96cac81c4f7eaeba06",
     ("llama", "fused_grouped", "forward", "contrib"): "0c387b306c65f042a42001c8c244bb502f9fa0a4635d7feed6aa959bd0bf9c61",
     ("llama", "fused_grouped", "generate", "contrib"): "58dca29bb11138715ec6628a5ac7f69d922810a1a90fbca49559e7c328ec7553",
+    # GPT-2's contrib form (GroupQueryAttention where the head size and cache take it), for onnxruntime 1.22
+    ("gpt2", "plain", "forward", "contrib"): "7d7b4ce5ef43dc61b65896e35ffa7f958a1bfebe0b10864a0cedffbe4fc9650b",
+    ("gpt2", "plain", "generate", "contrib"): "de69685ea6d4504b648d5f5adb9bdef61ca8ef64fce0603b4327748a44cea076",
+    ("gpt2", "par", "forward", "contrib"): "17c258cb274091135463d5a33db83dae1384357ec3025e7422064fdffde71159",
+    ("gpt2", "par", "generate", "contrib"): "c241487e3991fa71dccb0d3535e8f88627f065f3cb88641267a2d6e43d073b97",
+    ("gpt2", "no_attention", "forward", "contrib"): "e05433c6d78cfc7402379ba24960d4a83a72361b2ee1b6f0d8655cf2e73c91ec",
+    ("gpt2", "no_attention", "generate", "contrib"): "074055e02b3c00a66d1cb08cdfe0a86f1cd69d81af6be0669203239c6c819b70",
+    ("gpt2", "adaptive", "forward", "contrib"): "7dd34de5988fb657ef3a01d5aa82cfd7d16633a0b8d6a990748591264917e92c",
+    ("gpt2", "adaptive", "generate", "contrib"): "a21c70b0022a7891dadb10fa480163f851b7127b86d0244c6fd67b49f84c1c2a",
+    ("gpt2", "narrow_embedding", "forward", "contrib"): "2d1b4af8fef8337bec9b5bdc526a23b11ba950c295dc6927d0ac65064d5f1099",
+    ("gpt2", "narrow_embedding", "generate", "contrib"): "a2bc10b747c1170e95552b5e052095c19f366636bb46c8ccb47a520d315e4a8c",
     # the plain form named, for onnxruntime 1.20 (FORM_TARGETS): the forward default's bytes, and the bundles'
     # of before the contrib form became theirs
     ("llama", "plain", "forward", "plain"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",

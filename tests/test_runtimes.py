@@ -111,6 +111,20 @@ def test_optimum_generates_from_llamas_fused_operators_and_int4(tmp_path, option
     assert out[0, len(PROMPT):].tolist() == expected
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_optimum_generates_from_gpt2s_fused_attention(tmp_path, precision):
+    """GPT-2's contrib form (GroupQueryAttention over its packed, biased projection; learned positions from
+    position_ids) runs in Optimum's session: the same tokens as a plain onnxruntime loop on the file."""
+    arch, _, _ = ARCHS["gpt2"]
+    weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
+    trained_like_weights(arch, weights)
+    options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)
+    export_to_path(arch, bundle, options, weights=weights)
+    expected = full_recompute_greedy(bundle / "model.onnx", PROMPT, STEPS)
+    assert len(set(expected)) > 3
+    assert optimum_greedy(bundle) == expected
+
+
 def optimum_greedy(bundle) -> list[int]:
     model = optimum_ort.ORTModelForCausalLM.from_pretrained(bundle, use_cache=True)
     out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),

@@ -216,3 +216,22 @@ def test_transformersjs_generates_from_llamas_fused_operators_and_int4(tmp_path,
     rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]
     two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS)
     assert generated(two)["ids"] == expected
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_transformersjs_generates_from_gpt2s_fused_attention(tmp_path, precision):
+    """onnxruntime-node runs GPT-2's contrib form (GroupQueryAttention, padding as its attention_bias): the
+    reference tokens, the left-padded batch too."""
+    model_arch = arch()  # 4 heads of 16 in both layers: both fused
+    weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
+    model = get_backbone("gpt2").build_model(model_arch, seed=1)
+    torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
+    options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)
+    export_to_path(model_arch, bundle, options, weights=weights)
+    expected = [full_recompute_greedy(bundle / "model.onnx", prompt, STEPS) for prompt in PROMPTS]
+    assert all(len(set(tokens)) > 3 for tokens in expected)
+    one = node_generate(bundle, "--ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", STEPS)
+    assert generated(one)["ids"] == expected[:1]
+    rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]
+    two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS)
+    assert generated(two)["ids"] == expected

@@ -18,6 +18,9 @@ class GPT2Backbone(PackageBackbone):
     model_class = "GPT2"
     kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True  # PAR layers: FFN-only (no attention, no cache) or attention-only
+    # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py: GroupQueryAttention,
+    # which onnxruntime-genai runs with one past/present buffer)
+    graph_forms = ("plain", "contrib")
 
     def default_space(self) -> dict:
         """The study's space (``--preset study``) holding its baseline's own block too: 1 layer and 16 heads
