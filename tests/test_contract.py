@@ -406,7 +406,7 @@ PINS = {
     ("llama", "grouped", "generate", "contrib"): "681985b3d44237b7ea3cb5b8148a713da1ce9c84b0b46a96cac81c4f7eaeba06",
     ("llama", "fused_grouped", "forward", "contrib"): "0c387b306c65f042a42001c8c244bb502f9fa0a4635d7feed6aa959bd0bf9c61",
     ("llama", "fused_grouped", "generate", "contrib"): "58dca29bb11138715ec6628a5ac7f69d922810a1a90fbca49559e7c328ec7553",
-    # GPT-2's contrib form (GroupQueryAttention where the head size and cache take it), for onnxruntime 1.22
+    # GPT-2's and OPT's contrib form (GroupQueryAttention where the head size and cache take it), for onnxruntime 1.22
     ("gpt2", "plain", "forward", "contrib"): "7d7b4ce5ef43dc61b65896e35ffa7f958a1bfebe0b10864a0cedffbe4fc9650b",
     ("gpt2", "plain", "generate", "contrib"): "de69685ea6d4504b648d5f5adb9bdef61ca8ef64fce0603b4327748a44cea076",
     ("gpt2", "par", "forward", "contrib"): "17c258cb274091135463d5a33db83dae1384357ec3025e7422064fdffde71159",
@@ -417,6 +417,12 @@ PINS = {
     ("gpt2", "adaptive", "generate", "contrib"): "a21c70b0022a7891dadb10fa480163f851b7127b86d0244c6fd67b49f84c1c2a",
     ("gpt2", "narrow_embedding", "forward", "contrib"): "2d1b4af8fef8337bec9b5bdc526a23b11ba950c295dc6927d0ac65064d5f1099",
     ("gpt2", "narrow_embedding", "generate", "contrib"): "a2bc10b747c1170e95552b5e052095c19f366636bb46c8ccb47a520d315e4a8c",
+    ("opt", "plain", "forward", "contrib"): "d21b222753c6df57c63da54afc2b11e13528ea74eb11804609c5edda45bb55da",
+    ("opt", "plain", "generate", "contrib"): "ccfd3f3c8549c29979e07b4d85259d7dd1694b9dd469274a18d8f56ae5720e54",
+    ("opt", "par", "forward", "contrib"): "8ef7646742a263cec620147110afe5bace31c09789a6ea7e469854f09ff175cd",
+    ("opt", "par", "generate", "contrib"): "dcd13e97e1576602522d3fc3ed8d7091be2abc2dff848c0238451ecb01a3ab61",
+    ("opt", "no_attention", "forward", "contrib"): "14b4518f8022ec9a1d872c58af89bd7c1729df064152bf8b42caa26479a42d61",
+    ("opt", "no_attention", "generate", "contrib"): "d395f619d15ea11cb6f64077898cfac8f91427e2e0e21bf41de31ba6fcdd741f",
     # the plain form named, for onnxruntime 1.20 (FORM_TARGETS): the forward default's bytes, and the bundles'
     # of before the contrib form became theirs
     ("llama", "plain", "forward", "plain"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",

@@ -191,10 +191,10 @@ def test_contrib_is_refused_for_a_target_without_its_operators_and_for_a_backbon
         ExportOptions(graph_form="contrib")
     with pytest.raises(LtsedgeError, match="graph form 'fused' is unknown"):
         ExportOptions(graph_form="fused")
-    opt = Architecture(backbone="opt", n_layer=1, d_model=32, n_head=(2,), d_inner=(64,), vocab_size=50,
-                       n_positions=16)
-    with pytest.raises(LtsedgeError, match="backbone opt has no graph form 'contrib' \\(forms: plain\\)"):
-        export_model(opt, ExportOptions(target_ort="1.22", graph_form="contrib"))
+    transfo_xl = Architecture(backbone="transfo_xl", n_layer=1, d_model=32, n_head=(2,), d_inner=(64,),
+                              vocab_size=50, n_positions=16)
+    with pytest.raises(LtsedgeError, match="backbone transfo_xl has no graph form 'contrib' \\(forms: plain\\)"):
+        export_model(transfo_xl, ExportOptions(target_ort="1.22", graph_form="contrib"))
 
 
 def test_export_cli_takes_the_graph_form(tmp_path):

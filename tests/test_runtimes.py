@@ -112,10 +112,11 @@ def test_optimum_generates_from_llamas_fused_operators_and_int4(tmp_path, option
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
-def test_optimum_generates_from_gpt2s_fused_attention(tmp_path, precision):
-    """GPT-2's contrib form (GroupQueryAttention over its packed, biased projection; learned positions from
-    position_ids) runs in Optimum's session: the same tokens as a plain onnxruntime loop on the file."""
-    arch, _, _ = ARCHS["gpt2"]
+@pytest.mark.parametrize("name", ["gpt2", "opt"])
+def test_optimum_generates_from_gpt2s_and_opts_fused_attention(tmp_path, name, precision):
+    """GPT-2's and OPT's contrib form (GroupQueryAttention over a packed, biased projection; learned positions
+    from position_ids) runs in Optimum's session: the same tokens as a plain onnxruntime loop on the file."""
+    arch, _, _ = ARCHS[name]
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
     trained_like_weights(arch, weights)
     options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)

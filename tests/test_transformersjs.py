@@ -219,12 +219,13 @@ def test_transformersjs_generates_from_llamas_fused_operators_and_int4(tmp_path,
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
-def test_transformersjs_generates_from_gpt2s_fused_attention(tmp_path, precision):
-    """onnxruntime-node runs GPT-2's contrib form (GroupQueryAttention, padding as its attention_bias): the
-    reference tokens, the left-padded batch too."""
-    model_arch = arch()  # 4 heads of 16 in both layers: both fused
+@pytest.mark.parametrize("backbone", ["gpt2", "opt"])
+def test_transformersjs_generates_from_gpt2s_and_opts_fused_attention(tmp_path, backbone, precision):
+    """onnxruntime-node runs GPT-2's and OPT's contrib form (GroupQueryAttention, padding as its attention_bias):
+    the reference tokens, the left-padded batch too."""
+    model_arch = arch(backbone)  # 4 heads of 16 in both layers: both fused
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
-    model = get_backbone("gpt2").build_model(model_arch, seed=1)
+    model = get_backbone(backbone).build_model(model_arch, seed=1)
     torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
     options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)
     export_to_path(model_arch, bundle, options, weights=weights)

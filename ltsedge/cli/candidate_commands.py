@@ -121,7 +121,7 @@ def export(
         "Optimum feeds; GPT-2/OPT's default) or per-layer (each layer's own heads; Llama's default, the least "
         "memory). onnxruntime-genai and transformers.js load both."),
     graph_form: Optional[str] = typer.Option(
-        None, "--graph-form", help="Llama and GPT-2: plain (standard ONNX operators, every --target-ort) or "
+        None, "--graph-form", help="Llama, GPT-2 and OPT: plain (standard ONNX operators, every --target-ort) or "
         "contrib (onnxruntime's fused GroupQueryAttention, and Llama's RMSNorm; --target-ort 1.22 or newer). "
         "Default: the backbone's default where the target runs it, else plain."),
 ) -> None:

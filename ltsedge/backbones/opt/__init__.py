@@ -21,6 +21,8 @@ class OPTBackbone(PackageBackbone):
     model_class = "OPT"
     kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True
+    # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py), as GPT-2's
+    graph_forms = ("plain", "contrib")
     supports_adaptive = False  # plain embeddings (d_embed = d_model): presets drop their adaptive choices
     # Hugging Face's OPTForCausalLM state_dict carries the tied output layer under its own name.
     tied_aliases = {"lm_head.weight": "decoder.embed_tokens.weight"}
