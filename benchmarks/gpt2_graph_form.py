@@ -6,7 +6,8 @@ Each bundle in its own process (genai_worker.py), prompts of each --prompts leng
 after it, the bundles in alternating order for --rounds rounds; medians of the per-token decode ms, the prefill,
 and each worker's peak memory.
 
-    python benchmarks/gpt2_graph_form.py [--layers 12] [--width 768] [--heads 12] [--prompts 192,960]
+    python benchmarks/gpt2_graph_form.py [--layers 12] [--width 768] [--heads 12 | 4,8,12,16] [--cache-layout per-layer]
+                                           [--prompts 192,960]
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
-    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--heads", default="12", help="heads per layer: one count, or a list cycled over the layers")
+    parser.add_argument("--cache-layout", default=None, help="uniform (GPT-2's default) or per-layer")
     parser.add_argument("--ffn", type=int, default=3072)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--prompts", default="192,960")
@@ -40,13 +42,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    arch = Architecture(n_layer=args.layers, d_model=args.width, n_head=[args.heads] * args.layers,
+    heads = [int(h) for h in args.heads.split(",")]
+    arch = Architecture(n_layer=args.layers, d_model=args.width, n_head=[heads[i % len(heads)] for i in range(args.layers)],
                         d_inner=[args.ffn] * args.layers, vocab_size=50257, n_positions=1024)
     prompts = [int(p) for p in args.prompts.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         bundles = {}
         for form in ("plain", "contrib"):
-            options = ExportOptions(variant="generate", target_ort="1.22", graph_form=form, precision=args.precision)
+            options = ExportOptions(variant="generate", target_ort="1.22", graph_form=form, precision=args.precision,
+                                    cache_layout=args.cache_layout)
             bundles[form] = Path(tmp) / form
             write_bundle(export_model(arch, options), bundles[form])
             shared = json.loads((bundles[form] / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
@@ -62,7 +66,8 @@ def main() -> None:
             workers[form].stdin.flush()
             return json.loads(workers[form].stdout.readline())
 
-        print(f"\n{args.layers} x {args.width}, {args.heads} heads, FFN {args.ffn}, {args.precision}, "
+        print(f"\n{args.layers} x {args.width}, heads {args.heads}, FFN {args.ffn}, {args.precision}, "
+              f"cache layout {args.cache_layout or 'default'}, "
               f"{args.threads} thread(s), {args.steps} tokens after each prompt, {args.rounds} rounds; "
               f"{cpu_name()}")
         for prompt in prompts:
