@@ -52,7 +52,7 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
     lengths, mask = None, None
     for i in arch.attention_layers:
         if fused(arch, i) and lengths is None:
-            lengths = _lengths(g, ids_shape, seq_len)
+            lengths = gqa_lengths(g, ids_shape, seq_len)
         if not fused(arch, i) and mask is None:
             mask = plain_causal_mask(g, seq_len)
     for i, n_head in enumerate(arch.n_head):
@@ -86,9 +86,9 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     if any(fused(arch, i, stored[i]) for i in caches):
         # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
         # (the kernel takes no broadcast over the queries)
-        bias = g.op("Unsqueeze", _additive(g, not_padding), g.const([1, 2]))
+        bias = g.op("Unsqueeze", additive_mask(g, not_padding), g.const([1, 2]))
         bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
-        attend = (*_lengths(g, ids_shape, total), bias)
+        attend = (*gqa_lengths(g, ids_shape, total), bias)
     if not all(fused(arch, i, stored[i]) for i in caches):
         causal = g.causal(g.op("Sub", total, seq_len), total)
         allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))  # [B, 1, T, P + T]
@@ -113,11 +113,13 @@ def plain_causal_mask(g: GraphBuilder, seq_len: str) -> str:
     return g.op("Trilu", g.op("ConstantOfShape", square, value=minus_inf), g.const(1), upper=1)
 
 
-def _additive(g: GraphBuilder, allowed: str) -> str:
+def additive_mask(g: GraphBuilder, allowed: str) -> str:
+    """0 where a key may be attended to, the reference's masked score elsewhere (GroupQueryAttention's
+    ``attention_bias``)."""
     return g.op("Where", allowed, g.const(0.0, np.float32), g.const(MASKED_SCORE, np.float32))
 
 
-def _lengths(g: GraphBuilder, ids_shape: str, total: str) -> tuple[str, str]:
+def gqa_lengths(g: GraphBuilder, ids_shape: str, total: str) -> tuple[str, str]:
     """GroupQueryAttention's ``seqlens_k`` (every row's ``total - 1``, int32 [B]) and ``total_sequence_length``
     (an int32 scalar)."""
     total32 = g.op("Cast", total, to=TensorProto.INT32)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ltsedge.backbones.gpt2.contrib_graph import CONTRIB_DOMAIN, _additive, _lengths, fused
+from ltsedge.backbones.gpt2.contrib_graph import CONTRIB_DOMAIN, additive_mask, gqa_lengths, fused
 from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_heads_of, cache_layers
 from ltsedge.backbones.opt import graph as plain
 from ltsedge.backbones.opt.model import LAYER_NORM_EPS
@@ -35,7 +35,7 @@ def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: Expor
     positions = g.op("Range", g.const(POSITION_OFFSET), g.op("Add", seq_len, g.const(POSITION_OFFSET)), g.const(1))
     x = plain._embed(g, arch, positions)
     layers = arch.attention_layers
-    attend = (*_lengths(g, ids_shape, seq_len), None) if any(fused(arch, i) for i in layers) else None
+    attend = (*gqa_lengths(g, ids_shape, seq_len), None) if any(fused(arch, i) for i in layers) else None
     allowed = plain._allowed(g, g.const(0), seq_len) if not all(fused(arch, i) for i in layers) else None
     stored = {i: None for i in layers}
     return _finish(g, arch, spec, x, ids_shape, attend, allowed, stored, None, f"ltsedge_{arch.backbone}_contrib")
@@ -56,9 +56,9 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
         not_padding = g.op("Cast", "attention_mask", to=TensorProto.BOOL)  # [B, P + T]
     if any(fused(arch, i, stored[i]) for i in caches):
         # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
-        bias = g.op("Unsqueeze", _additive(g, not_padding), g.const([1, 2]))
+        bias = g.op("Unsqueeze", additive_mask(g, not_padding), g.const([1, 2]))
         bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
-        attend = (*_lengths(g, ids_shape, total), bias)
+        attend = (*gqa_lengths(g, ids_shape, total), bias)
     if not all(fused(arch, i, stored[i]) for i in caches):
         causal = g.causal(g.op("Sub", total, seq_len), total)
         allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))  # [B, 1, T, P + T]
