@@ -79,19 +79,7 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     pos = g.op("Gather", g.weight("wpe.weight"), "position_ids", axis=0)
     x = g.op("Reshape", g.op("Add", tok, pos), g.const([-1, d]))
     stored = {layer: cache_heads_of(spec, c) for c, layer in enumerate(caches)}
-    if caches:
-        total = g.op("Gather", g.op("Shape", "attention_mask"), g.const(1), axis=0)
-        not_padding = g.op("Cast", "attention_mask", to=TensorProto.BOOL)  # [B, P + T]
-    attend, allowed = None, None
-    if any(fused(arch, i, stored[i]) for i in caches):
-        # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
-        # (the kernel takes no broadcast over the queries)
-        bias = g.op("Unsqueeze", additive_mask(g, not_padding), g.const([1, 2]))
-        bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
-        attend = (*gqa_lengths(g, ids_shape, total), bias)
-    if not all(fused(arch, i, stored[i]) for i in caches):
-        causal = g.causal(g.op("Sub", total, seq_len), total)
-        allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))  # [B, 1, T, P + T]
+    attend, allowed = cached_masks(g, ids_shape, seq_len, [fused(arch, i, stored[i]) for i in caches])
     for i, n_head in enumerate(arch.n_head):
         if arch.has_attention(i):
             cache = caches.index(i)
@@ -102,6 +90,28 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
         if arch.has_ffn(i):
             x = plain._ffn(g, f"h.{i}", x)
     return _finish(g, arch, spec, x, ids_shape, f"ltsedge_{arch.backbone}_generate_contrib")
+
+
+def cached_masks(g: GraphBuilder, ids_shape: str, seq_len: str, fused_caches: list[bool]
+                 ) -> tuple[tuple | None, str | None]:
+    """What the generate variant's attention layers read, from ``attention_mask`` [B, P + T]: the fused ones
+    GroupQueryAttention's (seqlens_k, total_sequence_length, attention_bias), the others graph.py's bool mask
+    ``[B, 1, T, P + T]`` (causal, not padding); each None where no cache layer (``fused_caches``: fused or not,
+    one per cache) needs it."""
+    attend, allowed = None, None
+    if fused_caches:
+        total = g.op("Gather", g.op("Shape", "attention_mask"), g.const(1), axis=0)
+        not_padding = g.op("Cast", "attention_mask", to=TensorProto.BOOL)  # [B, P + T]
+    if any(fused_caches):
+        # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
+        # (the kernel takes no broadcast over the queries)
+        bias = g.op("Unsqueeze", additive_mask(g, not_padding), g.const([1, 2]))
+        bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
+        attend = (*gqa_lengths(g, ids_shape, total), bias)
+    if not all(fused_caches):
+        causal = g.causal(g.op("Sub", total, seq_len), total)
+        allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))
+    return attend, allowed
 
 
 def plain_causal_mask(g: GraphBuilder, seq_len: str) -> str:

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
-from ltsedge.backbones.gpt2.contrib_graph import CONTRIB_DOMAIN, additive_mask, gqa_lengths, fused
+from ltsedge.backbones.gpt2.contrib_graph import CONTRIB_DOMAIN, cached_masks, fused, gqa_lengths
 from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_heads_of, cache_layers
 from ltsedge.backbones.opt import graph as plain
 from ltsedge.backbones.opt.model import LAYER_NORM_EPS
@@ -49,19 +48,8 @@ def build_generate_graph(arch, weights: Mapping[str, np.ndarray], opset: int, sp
     x = plain._embed(g, arch, g.op("Add", "position_ids", g.const(POSITION_OFFSET)))
     caches = cache_layers(arch)
     stored = {layer: cache_heads_of(spec, k) for k, layer in enumerate(caches)}
-    attend, allowed = None, None
-    if caches:
-        seq_len = g.op("Gather", ids_shape, g.const(1), axis=0)
-        total = g.op("Gather", g.op("Shape", "attention_mask"), g.const(1), axis=0)
-        not_padding = g.op("Cast", "attention_mask", to=TensorProto.BOOL)  # [B, P + T]
-    if any(fused(arch, i, stored[i]) for i in caches):
-        # additive: 0 where a key may be attended to, the reference's masked score at padding; [B, 1, T, P + T]
-        bias = g.op("Unsqueeze", additive_mask(g, not_padding), g.const([1, 2]))
-        bias = g.op("Expand", bias, g.op("Concat", g.const([1, 1]), g.unsqueeze0(seq_len), g.const([1]), axis=0))
-        attend = (*gqa_lengths(g, ids_shape, total), bias)
-    if not all(fused(arch, i, stored[i]) for i in caches):
-        causal = g.causal(g.op("Sub", total, seq_len), total)
-        allowed = g.op("And", causal, g.op("Unsqueeze", not_padding, g.const([1, 2])))  # [B, 1, T, P + T]
+    seq_len = g.op("Gather", ids_shape, g.const(1), axis=0) if caches else None
+    attend, allowed = cached_masks(g, ids_shape, seq_len, [fused(arch, i, stored[i]) for i in caches])
     cache_of = {layer: k for k, layer in enumerate(caches)}
     return _finish(g, arch, spec, x, ids_shape, attend, allowed, stored, cache_of,
                    f"ltsedge_{arch.backbone}_generate_contrib")
