@@ -198,36 +198,12 @@ def test_bad_input_is_one_line_without_a_stack(tmp_path):
     assert len(missing.stderr.strip().splitlines()) == 1  # no stack trace
 
 
-@pytest.mark.parametrize("options", [dict(target_ort="1.22", graph_form="contrib"), dict(precision="int4"),
-                                     dict(target_ort="1.22", graph_form="contrib", precision="int4")],
-                         ids=["contrib", "int4", "contrib int4"])
-def test_transformersjs_generates_from_llamas_fused_operators_and_int4(tmp_path, options):
-    """onnxruntime-node runs the contrib form (GroupQueryAttention, padding as its attention_bias) and int4 (the
-    tied embedding read from the output layer's blocks): the reference tokens, the left-padded batch too."""
-    model_arch = arch("llama", n_head=(4, 2), n_kv_head=(2, 1), head_dim=16, rope_theta=100000)  # fused: 16 wide
+def assert_generates_the_reference(tmp_path, model_arch, options: ExportOptions) -> None:
+    """The bundle of ``model_arch`` (its reference's weights scaled up) exported with ``options``: transformers.js
+    generates the tokens of a plain onnxruntime loop on its file, batch 1 and the left-padded batch 2."""
     weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
-    model = get_backbone("llama").build_model(model_arch, seed=1)
+    model = get_backbone(model_arch.backbone).build_model(model_arch, seed=1)
     torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
-    export_to_path(model_arch, bundle, ExportOptions(variant="generate", **options), weights=weights)
-    expected = [full_recompute_greedy(bundle / "model.onnx", prompt, STEPS) for prompt in PROMPTS]
-    assert all(len(set(tokens)) > 3 for tokens in expected)
-    one = node_generate(bundle, "--ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", STEPS)
-    assert generated(one)["ids"] == expected[:1]
-    rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]
-    two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS)
-    assert generated(two)["ids"] == expected
-
-
-@pytest.mark.parametrize("precision", ["fp32", "int4"])
-@pytest.mark.parametrize("backbone", ["gpt2", "opt"])
-def test_transformersjs_generates_from_gpt2s_and_opts_fused_attention(tmp_path, backbone, precision):
-    """onnxruntime-node runs GPT-2's and OPT's contrib form (GroupQueryAttention, padding as its attention_bias):
-    the reference tokens, the left-padded batch too."""
-    model_arch = arch(backbone)  # 4 heads of 16 in both layers: both fused
-    weights, bundle = tmp_path / "w.pt", tmp_path / "bundle"
-    model = get_backbone(backbone).build_model(model_arch, seed=1)
-    torch.save({key: tensor * 8 for key, tensor in model.state_dict().items()}, weights)
-    options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)
     export_to_path(model_arch, bundle, options, weights=weights)
     expected = [full_recompute_greedy(bundle / "model.onnx", prompt, STEPS) for prompt in PROMPTS]
     assert all(len(set(tokens)) > 3 for tokens in expected)
@@ -236,3 +212,23 @@ def test_transformersjs_generates_from_gpt2s_and_opts_fused_attention(tmp_path, 
     rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]
     two = node_generate(bundle, *rows, "--pad", PAD, "--max-new-tokens", STEPS)
     assert generated(two)["ids"] == expected
+
+
+@pytest.mark.parametrize("options", [dict(target_ort="1.22", graph_form="contrib"), dict(precision="int4"),
+                                     dict(target_ort="1.22", graph_form="contrib", precision="int4")],
+                         ids=["contrib", "int4", "contrib int4"])
+def test_transformersjs_generates_from_llamas_fused_operators_and_int4(tmp_path, options):
+    """onnxruntime-node runs the contrib form (GroupQueryAttention, padding as its attention_bias) and int4 (the
+    tied embedding read from the output layer's blocks): the reference tokens, the left-padded batch too."""
+    model_arch = arch("llama", n_head=(4, 2), n_kv_head=(2, 1), head_dim=16, rope_theta=100000)  # fused: 16 wide
+    assert_generates_the_reference(tmp_path, model_arch, ExportOptions(variant="generate", **options))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("backbone", ["gpt2", "opt"])
+def test_transformersjs_generates_from_gpt2s_and_opts_fused_attention(tmp_path, backbone, precision):
+    """onnxruntime-node runs GPT-2's and OPT's contrib form (GroupQueryAttention, padding as its attention_bias):
+    the reference tokens, the left-padded batch too."""
+    model_arch = arch(backbone)  # 4 heads of 16 in both layers: both fused
+    options = ExportOptions(variant="generate", target_ort="1.22", graph_form="contrib", precision=precision)
+    assert_generates_the_reference(tmp_path, model_arch, options)
