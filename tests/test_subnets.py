@@ -60,10 +60,14 @@ def test_keeping_everything_is_the_parent_bit_for_bit(weights, importance):
     assert torch.equal(logits(child, state, ids), logits(PARENT, weights, ids))
 
 
-def masked(weights: dict, groups: dict, channels: dict, dropped: list) -> dict:
-    """The parent's weights with pruned parts zeroed: a dropped group's query heads write nothing through o_proj,
-    a dropped channel nothing through down_proj, a dropped layer adds nothing to the residual stream."""
+def masked(weights: dict, groups: dict, channels: dict, dropped: list, heads: dict | None = None) -> dict:
+    """The parent's weights with pruned parts zeroed: a dropped group's query heads (and a dropped query head)
+    write nothing through o_proj, a dropped channel nothing through down_proj, a dropped layer adds nothing to
+    the residual stream."""
     out = {name: tensor.clone() for name, tensor in weights.items()}
+    for i, kept in (heads or {}).items():
+        columns = out[f"layers.{i}.self_attn.o_proj.weight"].view(PARENT.d_model, -1, PARENT.head_dim)
+        columns[:, [h for h in range(PARENT.n_head[i]) if h not in kept]] = 0
     for i, kept in groups.items():
         group = PARENT.n_head[i] // PARENT.kv_heads[i]
         columns = out[f"layers.{i}.self_attn.o_proj.weight"].view(PARENT.d_model, -1, group * PARENT.head_dim)
@@ -94,14 +98,39 @@ def test_a_sub_network_computes_what_the_parent_does_with_its_pruned_parts_zeroe
     assert torch.equal(state["layers.1.mlp.up_proj.weight"], weights["layers.2.mlp.up_proj.weight"][kept_channels])
 
 
+def test_a_sub_network_keeping_fewer_query_heads_per_group_is_the_parent_without_them(weights):
+    """Each kept group keeps its most important query heads, in order, so the child's query head j reads its
+    group j // q_heads as the parent's did; its cache (key/value heads) is the parent's where no group goes."""
+    scores = Importance(ffn=tuple(np.zeros(d) for d in PARENT.d_inner),
+                        kv_groups=(np.array([1.0, 2.0]), np.array([3.0, 1.0, 2.0]), np.array([5.0, 4.0])),
+                        block_influence=np.zeros(3), tokens=1,
+                        q_heads=(np.array([1.0, 2.0, 3.0, 0.5]), np.array([0.0, 1.0, 2.0, 3.0, 5.0, 4.0]),
+                                 np.array([3.0, 1.0, 2.0, 1.0, 9.0, 1.0])))
+    genes = SubnetGenes(keep=(True, True, True), kv_groups=(2, 2, 2), ffn=PARENT.d_inner, q_heads=(1, 2, 2))
+    child, state = slice_state_dict(PARENT, weights, genes, scores)
+    assert (child.n_head, child.kv_heads) == ((2, 4, 4), (2, 2, 2))
+    # layer 0: head 1 of group 0, head 2 of group 1; layer 1: groups 0 and 2, all their heads; layer 2: heads
+    # 0 and 2 of group 0, then of group 1 head 4 and, of 3 and 5 tied, the lower
+    want = masked(weights, groups={1: [0, 2]}, channels={}, dropped=[], heads={0: [1, 2], 2: [0, 2, 3, 4]})
+    ids = token_ids(2, 10, seed=2)
+    assert torch.allclose(logits(child, state, ids), logits(PARENT, want, ids), atol=1e-4, rtol=1e-4)
+    assert state["layers.0.self_attn.k_proj.weight"] is weights["layers.0.self_attn.k_proj.weight"]
+    q = weights["layers.2.self_attn.q_proj.weight"].view(6, 8, 48)
+    assert torch.equal(state["layers.2.self_attn.q_proj.weight"].view(4, 8, 48), q[[0, 2, 3, 4]])
+    no_heads = Importance(scores.ffn, scores.kv_groups, scores.block_influence, 1)
+    with pytest.raises(LtsedgeError, match="no figures per query head"):
+        slice_state_dict(PARENT, weights, genes, no_heads)
+
+
 def test_a_sliced_child_exports_and_generates_in_onnxruntime_as_in_pytorch(weights, importance):
     from ltsedge.exporters import export_model
     from ltsedge.exporters.options import ExportOptions
     from ltsedge.generation import greedy
 
     ort = pytest.importorskip("onnxruntime")
-    genes = SubnetGenes(keep=(True, True, False), kv_groups=(1, 2, 2), ffn=(32, 64, 128))
+    genes = SubnetGenes(keep=(True, True, False), kv_groups=(1, 2, 2), ffn=(32, 64, 128), q_heads=(2, 1, 3))
     child, state = slice_state_dict(PARENT, weights, genes, importance)
+    assert child.n_head == (2, 2)
     exported = export_model(child, ExportOptions(variant="generate"), weights=state)
     session = ort.InferenceSession(exported.to_bytes(), providers=["CPUExecutionProvider"])
     prompt, mask = prompts(child, 2, 6, seed=3)
@@ -124,6 +153,8 @@ def test_importance_measures_each_part_and_is_deterministic(weights):
     assert first.tokens == 48
     assert first.ffn[0][5] == 0 and np.all(np.delete(first.ffn[0], 5) > 0)
     assert first.kv_groups[1][1] == 0 and np.all(first.kv_groups[1][[0, 2]] > 0)
+    assert first.q_heads[1][[2, 3]].tolist() == [0, 0] and np.all(np.delete(first.q_heads[1], [2, 3]) > 0)
+    assert [len(v) for v in first.q_heads] == list(PARENT.n_head)
     assert abs(first.block_influence[2]) < 1e-6 and np.all(first.block_influence[:2] > 1e-3)
     back = Importance.from_dict(json.loads(json.dumps(first.to_dict(), allow_nan=False)))
     assert back.to_dict() == first.to_dict()
@@ -185,6 +216,15 @@ def test_genes_outside_the_space_are_one_line_naming_the_gene():
     dropped = SubnetGenes((True, False, True), (1, 1, 2), (32, 32, 64))
     assert space.canonical(dropped) == SubnetGenes((True, False, True), (1, 3, 2), (32, 64, 64))
     assert SubnetGenes.from_dict(json.loads(json.dumps(dropped.to_dict()))) == dropped
+    assert space.q_choices(2) == (1, 2, 3)
+    with pytest.raises(LtsedgeError, match=r"gene 'q_heads\[2\]' = 4 is invalid: must be one of 1, 2, 3"):
+        space.architecture(SubnetGenes(full.keep, full.kv_groups, full.ffn, (2, 2, 4)))
+    # every group keeping all its query heads is one sub-network, however it is written
+    assert space.canonical(SubnetGenes(full.keep, full.kv_groups, full.ffn, (2, 2, 3))) == full
+    fewer = SubnetGenes((True, False, True), (1, 3, 2), (32, 64, 64), (1, 1, 3))
+    assert space.canonical(fewer).q_heads == (1, 2, 3)  # a dropped layer's count is the parent's
+    assert SubnetGenes.from_dict(json.loads(json.dumps(fewer.to_dict()))) == fewer
+    assert space.architecture(fewer).n_head == (1, 6)
     with pytest.raises(LtsedgeError, match="an object with the lists keep, kv_groups and ffn"):
         SubnetGenes.from_dict({"keep": [True], "kv_groups": 1, "ffn": [64]})
     with pytest.raises(LtsedgeError, match="cut from a llama model, not a gpt2 one"):

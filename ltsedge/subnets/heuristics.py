@@ -1,8 +1,8 @@
 """The known ways to prune a trained model, as genes of its space: what a search of sub-networks must beat.
 
 - ShortGPT: drop the layers of least block influence;
-- uniform width pruning with the same importance, every layer alike: its SwiGLU channels, or its key/value
-  groups (each with its query heads).
+- uniform width pruning with the same importance, every layer alike: its SwiGLU channels, its key/value
+  groups (each with its query heads), or the query heads of each group (its cache kept whole).
 """
 
 from __future__ import annotations
@@ -34,15 +34,22 @@ def uniform_kv_groups(space: SubnetSpace, groups: int) -> SubnetGenes:
     return space.check(SubnetGenes(full.keep, tuple(min(groups, g) for g in full.kv_groups), full.ffn))
 
 
+def uniform_q_heads(space: SubnetSpace, heads: int) -> SubnetGenes:
+    """Every group of every layer keeping ``heads`` of its query heads (or all it has where it has no more)."""
+    full = space.full()
+    q_heads = tuple(min(heads, space.group_size(i)) for i in range(space.n_layer))
+    return space.canonical(SubnetGenes(full.keep, full.kv_groups, full.ffn, q_heads))
+
+
 LAYER_SHARES = (0.1, 0.2, 0.3, 0.4)  # of the layers ShortGPT drops
 WIDTH_SHARES = (5 / 6, 2 / 3, 1 / 2, 1 / 3)  # of the widest SwiGLU uniform pruning keeps
-KV_LADDER = 2  # uniform key/value groups: the parent's count less one, less two
+KV_LADDER = 2  # uniform key/value groups (and query heads per group): the parent's count less one, less two
 
 
 def known_prunings(space: SubnetSpace, importance: Importance) -> list[tuple[str, SubnetGenes]]:
     """The ladders a search is compared with, each point named: ShortGPT dropping a tenth to two fifths of
     the layers; every layer's SwiGLU at five sixths to a third of the widest (in the space's steps); every
-    layer keeping one or two key/value groups fewer."""
+    layer keeping one or two key/value groups fewer; every group keeping one or two query heads fewer."""
     n, step = space.n_layer, space.ffn_step
     points = [(f"shortgpt-drop-{k}", drop_least_influential(space, importance, k))
               for k in sorted({round(n * share) for share in LAYER_SHARES}) if 0 < k < n]
@@ -51,6 +58,9 @@ def known_prunings(space: SubnetSpace, importance: Importance) -> list[tuple[str
     points += [(f"uniform-ffn-{w}", uniform_ffn(space, w)) for w in widths if w < widest]
     most = max(space.parent.kv_heads)
     points += [(f"uniform-kv-{g}", uniform_kv_groups(space, g)) for g in range(most - 1, max(0, most - 1 - KV_LADDER), -1)]
+    group = max(space.group_size(i) for i in range(n))
+    points += [(f"uniform-q-{h}", uniform_q_heads(space, h))
+               for h in range(group - 1, max(0, group - 1 - KV_LADDER), -1)]
     full = space.full()
     return [(name, genes) for name, genes in points if genes != full]
 

@@ -3,6 +3,7 @@ calibration windows of the user's text (activation-based, as Minitron; layers as
 
 - a SwiGLU channel: the mean |silu(gate(x)) * up(x)| over the calibration tokens, the input of down_proj;
 - a key/value group: the mean over tokens of the L2 norm of its query heads' attention output (before o_proj);
+- a query head: the mean over tokens of the L2 norm of its own attention output;
 - a layer: its block influence, the mean over tokens of 1 - cos(layer input, layer output).
 
 Per-token figures are float32, their sums float64, and the windows run in a fixed order: the same text gives the same figures.
@@ -29,17 +30,19 @@ class Importance:
     kv_groups: tuple[np.ndarray, ...]  # per layer, one figure per key/value group
     block_influence: np.ndarray  # per layer
     tokens: int  # calibration tokens measured
+    q_heads: tuple[np.ndarray, ...] | None = None  # per layer, one figure per query head
 
     def to_dict(self) -> dict:
         """Finite floats and lists only: strict JSON."""
-        return {"ffn": [v.tolist() for v in self.ffn], "kv_groups": [v.tolist() for v in self.kv_groups],
+        data = {"ffn": [v.tolist() for v in self.ffn], "kv_groups": [v.tolist() for v in self.kv_groups],
                 "block_influence": self.block_influence.tolist(), "tokens": self.tokens}
+        return data if self.q_heads is None else {**data, "q_heads": [v.tolist() for v in self.q_heads]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Importance:
-        return cls(tuple(np.asarray(v, dtype=np.float64) for v in data["ffn"]),
-                   tuple(np.asarray(v, dtype=np.float64) for v in data["kv_groups"]),
-                   np.asarray(data["block_influence"], dtype=np.float64), int(data["tokens"]))
+        figures = lambda name: tuple(np.asarray(v, dtype=np.float64) for v in data[name])  # noqa: E731
+        return cls(figures("ffn"), figures("kv_groups"), np.asarray(data["block_influence"], dtype=np.float64),
+                   int(data["tokens"]), figures("q_heads") if "q_heads" in data else None)
 
 
 def measure_importance(arch: Architecture, weights: Mapping, windows, batch: int = DEFAULT_BATCH,
@@ -56,7 +59,8 @@ def measure_importance(arch: Architecture, weights: Mapping, windows, batch: int
     handles = [hook for i, layer in enumerate(model.layers) for hook in sums.attach(i, layer)]
     hooked_pass(model, windows, batch, threads, handles)
     n = windows.numel()
-    return Importance(tuple(s / n for s in sums.ffn), tuple(s / n for s in sums.kv), sums.influence / n, n)
+    return Importance(tuple(s / n for s in sums.ffn), tuple(s / n for s in sums.kv), sums.influence / n, n,
+                      tuple(s / n for s in sums.q))
 
 
 class _Sums:
@@ -66,6 +70,7 @@ class _Sums:
         self.arch = arch
         self.ffn = [np.zeros(d) for d in arch.d_inner]
         self.kv = [np.zeros(kv) for kv in arch.kv_heads]
+        self.q = [np.zeros(h) for h in arch.n_head]
         self.influence = np.zeros(arch.n_layer)
 
     def attach(self, i: int, layer) -> list:
@@ -81,6 +86,8 @@ class _Sums:
         B, T, _ = y.shape
         groups = y.reshape(B, T, self.arch.kv_heads[i], -1)
         self.kv[i] += groups.norm(dim=-1).sum(dim=(0, 1), dtype=torch.float64).numpy()
+        heads = y.reshape(B, T, self.arch.n_head[i], -1)
+        self.q[i] += heads.norm(dim=-1).sum(dim=(0, 1), dtype=torch.float64).numpy()
 
     def _block(self, i: int, x_in, x_out) -> None:
         cos = torch.nn.functional.cosine_similarity(x_in, x_out, dim=-1)

@@ -17,8 +17,8 @@ MODEL_COLUMNS = ["name", "target_speedup", "decode_ms", "decode_speedup", "prefi
                  "loss_shipped", "perplexity_shipped", "loss_shipped_delta", "loss_fp32", "loss_fp32_delta",
                  "repaired", "layers", "kv_heads", "query_heads", "ffn", "decoder_params", "bundle"]
 CANDIDATE_COLUMNS = ["source", "generation", "loss_fp32", "loss_delta", "repaired", "decode_ms", "decode_figure",
-                     "decode_low_ms", "decode_high_ms", "peak_memory_mb", "layers", "kept_layers", "kv_groups", "ffn",
-                     "decoder_params", "architecture"]
+                     "decode_low_ms", "decode_high_ms", "peak_memory_mb", "layers", "kept_layers", "kv_groups",
+                     "q_heads", "ffn", "decoder_params", "architecture"]
 
 
 def write_outputs(result, outdir) -> None:
@@ -111,6 +111,7 @@ def candidate_row(e, parent) -> dict:
             "decode_low_ms": _finite(s.low_ms), "decode_high_ms": _finite(s.high_ms), "peak_memory_mb": s.memory_mb,
             "layers": e.arch.n_layer, "kept_layers": " ".join(map(str, e.genes.kept_layers)),
             "kv_groups": " ".join(str(e.genes.kv_groups[i]) for i in e.genes.kept_layers),
+            "q_heads": " ".join(str(e.arch.n_head[j] // e.arch.kv_heads[j]) for j in range(e.arch.n_layer)),
             "ffn": " ".join(str(e.genes.ffn[i]) for i in e.genes.kept_layers), "decoder_params": _params(e.arch),
             "architecture": e.arch.id}
 

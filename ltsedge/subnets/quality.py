@@ -40,9 +40,10 @@ class Quality:
 
     def repairable(self, genes: SubnetGenes) -> bool:
         """Does repair change this child: a kept layer narrowed (a dropped layer leaves nothing to refit)?"""
-        full = self.space.full()
-        return self.grams is not None and any(genes.kv_groups[i] < full.kv_groups[i] or genes.ffn[i] < full.ffn[i]
-                                              for i in genes.kept_layers)
+        full, space = self.space.full(), self.space
+        return self.grams is not None and any(
+            genes.kv_groups[i] < full.kv_groups[i] or genes.ffn[i] < full.ffn[i]
+            or space.q_heads(genes, i) < space.group_size(i) for i in genes.kept_layers)
 
     def loss(self, genes: SubnetGenes, repaired: bool = False) -> HeldOutLoss:
         genes = self.space.canonical(genes)
