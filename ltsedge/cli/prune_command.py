@@ -34,8 +34,8 @@ def prune(
     context: int = typer.Option(2048, "--context", help="Tokens in the cache when decode is timed."),
     seed: int = typer.Option(0, "--seed", help="The search's seed."),
 ) -> None:
-    """Make a trained model faster on this device: search its sub-networks (layers, key/value groups, SwiGLU
-    widths) keeping its weights, held-out loss measured on your text and decode latency in the app's runtime;
+    """Make a trained model faster on this device: search its sub-networks (layers, key/value groups, query
+    heads per group, SwiGLU widths) keeping its weights, held-out loss measured on your text and decode latency in the app's runtime;
     publish bundles at the asked speed-ups."""
     from rich.console import Console
 
