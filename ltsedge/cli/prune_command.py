@@ -35,8 +35,8 @@ def prune(
     seed: int = typer.Option(0, "--seed", help="The search's seed."),
 ) -> None:
     """Make a trained model faster on this device: search its sub-networks (layers, key/value groups, query
-    heads per group, SwiGLU widths) keeping its weights, held-out loss measured on your text and decode latency in the app's runtime;
-    publish bundles at the asked speed-ups."""
+    heads per group, SwiGLU widths) keeping its weights, held-out loss measured on your text and decode latency
+    in the app's runtime; publish bundles at the asked speed-ups."""
     from rich.console import Console
 
     from ltsedge.errors import LtsedgeError
