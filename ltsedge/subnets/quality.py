@@ -40,9 +40,9 @@ class Quality:
 
     def repairable(self, genes: SubnetGenes) -> bool:
         """Does repair change this child: a kept layer narrowed (a dropped layer leaves nothing to refit)?"""
-        full, space = self.space.full(), self.space
+        parent, space = self.parent, self.space
         return self.grams is not None and any(
-            genes.kv_groups[i] < full.kv_groups[i] or genes.ffn[i] < full.ffn[i]
+            genes.kv_groups[i] < parent.kv_heads[i] or genes.ffn[i] < parent.d_inner[i]
             or space.q_heads(genes, i) < space.group_size(i) for i in genes.kept_layers)
 
     def loss(self, genes: SubnetGenes, repaired: bool = False) -> HeldOutLoss:

@@ -3,8 +3,8 @@
 In each kept layer the most important key/value groups, the most important query heads of each kept group and
 the most important SwiGLU channels fill its counts, kept in the parent's order. A group takes its key and value
 rows; a query head its rows of q_proj and its columns of o_proj; a channel its gate and up rows and its
-down_proj column. Norms, the embedding and the output layer
-are the parent's. Keeping everything gives the parent's tensors themselves, so the child is the parent.
+down_proj column. Norms, the embedding and the output layer are the parent's. Keeping everything gives the
+parent's tensors themselves, so the child is the parent.
 """
 
 from __future__ import annotations
