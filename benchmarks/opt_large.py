@@ -1,7 +1,7 @@
 """OPT-scale models above 2 GB: export with external data, load in onnxruntime, measure with ltsedge's runner.
 
 The largest model of the OPT-scale space (29 layers x d_model 1472 x d_inner 6080, 16 heads: 848 M
-parameters, 3.39 GB in fp32) is over protobuf's 2 GB, so its weights go to ``model.onnx.data``. For
+parameters, 3.39 GB in fp32) is over protobuf's 2 GB, so its weights go to ``model.onnx_data``. For
 each variant (forward, generate) this prints: export and write times, file sizes, creating an
 onnxruntime session in this process (and its logits against the PyTorch reference on a few tokens),
 then the runner's measurement in its worker: forward at --sequence tokens, or prefill of --sequence
@@ -123,7 +123,7 @@ def main() -> None:
         for variant in variants:
             rows.append(run_variant(arch, variant, Path(tmp), profile))
     print()
-    print("| variant | model.onnx | model.onnx.data | export | write | ORT session (this process) | "
+    print("| variant | model.onnx | model.onnx_data | export | write | ORT session (this process) | "
           "max abs diff vs PyTorch | this process's peak RSS: export / write / load | runner: load | runner: workloads | "
           "worker peak over rest | weights |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -131,7 +131,7 @@ def main() -> None:
         m = r["m"]
         sizes = r["files"]
         onnx_kb = sizes.get(f"{r['variant']}.onnx", 0) / 1e3
-        data_gb = sizes.get(f"{r['variant']}.onnx.data", 0) / GB
+        data_gb = sizes.get(f"{r['variant']}.onnx_data", 0) / GB
         if m.workload == "forward":
             latency = f"forward {args.sequence}: {m.latency_ms / 1e3:.2f} s ({m.runs} runs)"
         else:

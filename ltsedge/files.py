@@ -57,6 +57,14 @@ def read_capped(path: str | Path, what: str, limit: int) -> bytes:
     return data
 
 
+DATA_SUFFIX = "_data"  # model.onnx -> model.onnx_data: Optimum's name, the one transformers.js fetches
+
+
+def data_file_name(model_name: str) -> str:
+    """The external data file ltsedge writes beside the model file ``model_name``."""
+    return model_name + DATA_SUFFIX
+
+
 def sha256_of(path: str | Path, what: str = "model") -> str:
     digest = hashlib.sha256()
     try:

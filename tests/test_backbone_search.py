@@ -19,7 +19,7 @@ from ltsedge.search.loop import SearchRun
 from ltsedge.store import MeasurementStore
 from tests.helpers import ltsedge_cli
 
-BUNDLE_WITH_GENAI = {"model.onnx", "genai_config.json", "config.json", "generation_config.json"}
+BUNDLE_WITH_GENAI = {"model.onnx", "model.onnx_data", "genai_config.json", "config.json", "generation_config.json"}
 
 
 def tiny_search(tmp_path, **options):

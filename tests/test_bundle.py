@@ -55,11 +55,14 @@ def test_bundle_with_trained_weights_matches_the_reference(tmp_path, suffix):
                        "-o", tmp_path / "bundle")
     assert proc.returncode == 0, proc.stderr
     bundle = tmp_path / "bundle"
-    assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
+    assert {p.name for p in bundle.iterdir()} == {"model.onnx", "model.onnx_data", "genai_config.json", "config.json",
                                                  "generation_config.json", ".ltsedge-manifest.json"}
     assert sorted(json.loads((bundle / ".ltsedge-manifest.json").read_text())["files"]) == [
-        "config.json", "genai_config.json", "generation_config.json", "model.onnx"]  # what ltsedge may overwrite
+        "config.json", "genai_config.json", "generation_config.json", "model.onnx",
+        "model.onnx_data"]  # what ltsedge may overwrite
     config = json.loads((bundle / "config.json").read_text())
+    # the weights beside the graph, where transformers.js looks for them only when told
+    assert config["transformers.js_config"] == {"use_external_data_format": {"model.onnx": 1}}
     assert config["ltsedge"]["n_head_per_layer"] == [2, 8, 4]
     session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
     assert session.get_modelmeta().custom_metadata_map["ltsedge.weights"] == "trained"
@@ -82,6 +85,30 @@ def test_onnxruntime_genai_generates_the_reference_tokens(tmp_path):
         for step in range(10):
             np.testing.assert_allclose(logits[step], ours.logits[step][0], atol=1e-3)
         assert tokens == ours.tokens[0].tolist() == reference_tokens(model, prompt, 10)
+
+
+def test_a_bundles_weights_go_inline_only_when_asked_and_a_data_file_of_ours_goes_with_them(tmp_path):
+    """By default the weights are in model.onnx_data (onnxruntime holds a model read with inline weights larger);
+    --inline-data into the same directory leaves no data file of an earlier export of ours behind (one of
+    an earlier version's name, model.onnx.data, included), and both bundles compute the same."""
+    arch, bundle = arch_file(tmp_path, HETEROGENEOUS), tmp_path / "b"
+    assert run_ltsedge("export", arch, "--variant", "generate", "-o", bundle).returncode == 0
+    prompt = np.array([[5, 17, 99, 3]])
+    external = greedy(ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"]), prompt, 6)
+    assert (bundle / "model.onnx").stat().st_size < 50_000 < (bundle / "model.onnx_data").stat().st_size
+    manifest = bundle / ".ltsedge-manifest.json"
+    recorded = json.loads(manifest.read_text())
+    recorded["files"].append("model.onnx.data")  # as an earlier version named it
+    manifest.write_text(json.dumps(recorded))
+    (bundle / "model.onnx.data").write_bytes((bundle / "model.onnx_data").read_bytes())
+    (bundle / "notes.txt").write_text("the user's")
+    assert run_ltsedge("export", arch, "--variant", "generate", "--inline-data", "-o", bundle).returncode == 0
+    assert sorted(p.name for p in bundle.glob("model.onnx*")) == ["model.onnx"]
+    assert (bundle / "notes.txt").read_text() == "the user's"
+    assert "transformers.js_config" not in json.loads((bundle / "config.json").read_text())
+    inline = greedy(ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"]), prompt, 6)
+    np.testing.assert_array_equal(inline.tokens, external.tokens)
+    np.testing.assert_array_equal(inline.logits, external.logits)
 
 
 def test_tokenizer_goes_into_the_bundle_and_names_the_special_tokens(tmp_path):

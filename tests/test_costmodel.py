@@ -173,11 +173,11 @@ def test_samples_come_only_from_this_machine_these_settings_and_this_export(tmp_
 
 def test_samples_are_of_every_export_option_the_search_measures_with(tmp_path):
     """The cost model loads its samples with the search's one ExportOptions whole: rebuilt from its variant,
-    target and precision, it lost the options beyond them (here external data), and a search exporting
+    target and precision, it lost the options beyond them (here where the weights are), and a search exporting
     that way found none of its own figures."""
     here = {"cpu_model": "here", "onnxruntime": "1.0"}
     archs = tiny_space().sample(4, seed=5)
-    external = ExportOptions(variant="generate", external_data=True)
+    external = ExportOptions(variant="generate", external_data=False)  # inline: the default's opposite
     with MeasurementStore(tmp_path / "s.sqlite") as store:
         for a in archs:
             key = measurement_key(external.model_key(a), here, PROFILE, variant="generate")

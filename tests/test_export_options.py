@@ -28,16 +28,23 @@ PLAIN = Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), v
 PLAIN_KEY = "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:weights=shared-v1"
 PLAIN_KEY_116 = "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=9:opset=19:weights=shared-v1"
 EQUAL = Architecture(n_layer=2, d_model=64, n_head=(4, 4), d_inner=(128, 96), vocab_size=300, n_positions=64)
-EQUAL_GENERATE_KEY = "arch:gpt2-L2-d64-9797b70641:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"
+# a generate variant's key says where its weights are: in a data file by default (options.default_external)
+EQUAL_GENERATE_KEY = ("arch:gpt2-L2-d64-9797b70641:data=external:graph=1:ir=10:opset=21:variant=generate:"
+                      "weights=shared-v1")
+EQUAL_INLINE_KEY = "arch:gpt2-L2-d64-9797b70641:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"
 PER_LAYER = Architecture(n_layer=3, d_model=64, n_head=(2, 8, 4), d_inner=(128, 256, 96), vocab_size=300,
                          n_positions=64)  # heads that differ: its cache layout changes the graph
-PER_LAYER_KEY = "arch:gpt2-L3-d64-beaaafee17:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"
+PER_LAYER_KEY = ("arch:gpt2-L3-d64-beaaafee17:data=external:graph=1:ir=10:opset=21:variant=generate:"
+                 "weights=shared-v1")
 
 
 def test_the_defaults_give_the_pinned_keys():
     assert ExportOptions().model_key(PLAIN) == PLAIN_KEY
     assert ExportOptions(target_ort="1.16").model_key(PLAIN) == PLAIN_KEY_116
     assert ExportOptions(variant="generate").model_key(EQUAL) == EQUAL_GENERATE_KEY
+    assert ExportOptions(variant="generate", external_data=True).model_key(EQUAL) == EQUAL_GENERATE_KEY
+    # weights inline, as every generation model was written before: the key those figures were filed under
+    assert ExportOptions(variant="generate", external_data=False).model_key(EQUAL) == EQUAL_INLINE_KEY
     assert ExportOptions(variant="generate", cache_layout="per-layer").model_key(PER_LAYER) == PER_LAYER_KEY
     # what a default means spelled out is the same key: fp32, the oldest runtime, inline data below 2 GB
     same = [ExportOptions(precision="fp32"), ExportOptions(target_ort="1.20"), ExportOptions(external_data=False),
@@ -54,12 +61,15 @@ def test_each_field_changed_changes_the_key():
         "target_ort": (PER_LAYER, ExportOptions(variant="generate", cache_layout="per-layer", target_ort="1.16")),
         "precision": (PER_LAYER, ExportOptions(variant="generate", cache_layout="per-layer", precision="int8")),
         "cache_layout": (PER_LAYER, ExportOptions(variant="generate", cache_layout="uniform")),
-        "external_data": (PER_LAYER, ExportOptions(variant="generate", cache_layout="per-layer", external_data=True)),
+        "external_data": (PER_LAYER, ExportOptions(variant="generate", cache_layout="per-layer", external_data=False)),
     }
     keys = {name: options.model_key(arch) for name, (arch, options) in cases.items()}
     assert keys["default"] == PER_LAYER_KEY
     assert len(set(keys.values())) == len(keys), keys
-    assert "data=external" in keys["external_data"] and "cache=uniform" in keys["cache_layout"]
+    assert "data=external" not in keys["external_data"] and "cache=uniform" in keys["cache_layout"]
+    forward = {e: ExportOptions(external_data=e).model_key(PLAIN) for e in (None, False, True)}
+    assert forward[None] == forward[False] == PLAIN_KEY  # a forward model's weights stay inline below 2 GB
+    assert forward[True] == PLAIN_KEY.replace(":graph=", ":data=external:graph=")
     # a quantization option of the precision asked for
     for precision, changed in (("int8", QuantOptions(per_channel=True)), ("int4", QuantOptions(block_size=64)),
                                ("int4", QuantOptions(symmetric=False)), ("int4", QuantOptions(accuracy_level=0))):
@@ -69,7 +79,7 @@ def test_each_field_changed_changes_the_key():
 
 
 def _key_before(arch, target, variant="forward", precision="fp32", quantization=None, cache_layout=None) -> str:
-    """The model key as it was before ExportOptions (its keys must not move)."""
+    """The model key as it was before ExportOptions (its keys must not move), of a model with inline weights."""
     from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, layout_changes_graph
 
     backbone = get_backbone(arch.backbone)
@@ -107,8 +117,11 @@ def test_every_combination_asked_for_before_keeps_its_key():
             continue
         options = ExportOptions(variant=variant, target_ort=target_ort, precision=precision,
                                 quantization=quantization, cache_layout=layout, external_data=external)
-        assert options.model_key(arch) == _key_before(arch, target_for(target_ort), variant, precision,
-                                                      quantization, layout)
+        before = _key_before(arch, target_for(target_ort), variant, precision, quantization, layout)
+        if external is None and variant == "generate":  # generation models' weights now go to a data file
+            assert options.model_key(arch) == before.replace(":graph=", ":data=external:graph=")
+        else:
+            assert options.model_key(arch) == before
         checked += 1
     assert checked > 1000
 
@@ -155,11 +168,14 @@ def test_the_exported_model_carries_its_options_in_its_metadata(tmp_path):
 
 def test_external_data_is_how_the_files_are_written(tmp_path):
     exported = export_model(PLAIN, ExportOptions(external_data=True))
-    assert sorted(exported.save_files(tmp_path / "m.onnx")) == ["m.onnx", "m.onnx.data"]
+    assert sorted(exported.save_files(tmp_path / "m.onnx")) == ["m.onnx", "m.onnx_data"]
     assert sorted(exported.save_files(tmp_path / "i.onnx", external_data=False)) == ["i.onnx"]  # asked otherwise
     inline = export_model(PLAIN)  # the same graph and weights: only where they are written differs
     assert graph_digest(inline.to_bytes()) == graph_digest(exported.to_bytes())
     assert sorted(inline.save_files(tmp_path / "d.onnx")) == ["d.onnx"]
+    generate = export_model(PLAIN, ExportOptions(variant="generate"))  # a generation model's: a data file
+    assert sorted(generate.save_files(tmp_path / "g.onnx")) == ["g.onnx", "g.onnx_data"]
+    assert sorted(generate.save_files(tmp_path / "h.onnx", external_data=False)) == ["h.onnx"]
 
 
 def test_the_cli_flags_build_one_options_and_export_to_path_writes_as_it_says(tmp_path):
@@ -170,13 +186,13 @@ def test_the_cli_flags_build_one_options_and_export_to_path_writes_as_it_says(tm
     proc = run_ltsedge("export", str(arch_file), "-o", str(tmp_path / "cli.onnx"), "--external-data",
                        "--target-ort", "1.16")
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "cli.onnx.data").is_file()
+    assert (tmp_path / "cli.onnx_data").is_file()
     assert read_metadata(tmp_path / "cli.onnx")["opset"] == "19"
     one_line_exit_2(run_ltsedge("export", str(arch_file), "-o", str(tmp_path / "x.onnx"), "--cache-layout", "packed"),
                     "cache layout 'packed' is unknown")
     _, files = export_to_path(PLAIN, tmp_path / "api.onnx", ExportOptions(target_ort="1.16", external_data=True))
-    assert sorted(files) == [str(tmp_path / "api.onnx"), str(tmp_path / "api.onnx.data")]
-    assert (tmp_path / "api.onnx.data").read_bytes() == (tmp_path / "cli.onnx.data").read_bytes()
+    assert sorted(files) == [str(tmp_path / "api.onnx"), str(tmp_path / "api.onnx_data")]
+    assert (tmp_path / "api.onnx_data").read_bytes() == (tmp_path / "cli.onnx_data").read_bytes()
 
 
 def test_the_search_exports_and_keys_with_one_options(tmp_path):

@@ -95,6 +95,28 @@ def test_a_search_candidate_without_its_bundle_is_timed_in_genais_loop(tmp_path,
     assert measurement.loop.startswith("onnxruntime-genai") and measurement.decode_latency_ms > 0
 
 
+def test_a_candidate_whose_weights_are_beside_it_under_another_name_is_timed_in_genais_loop(tmp_path, genai):
+    """As a fleet's agent holds a candidate: the model written under a name of its own, its weights in the data
+    file the graph names, and genai's folder in another directory; genai reads the weights through that folder."""
+    from ltsedge.exporters import export_model
+    from ltsedge.exporters.options import ExportOptions
+    from ltsedge.runners import Runner
+    from ltsedge.runners.genai_files import genai_dir
+
+    exported = export_model(Architecture.from_dict(LLAMA), ExportOptions(variant="generate"))
+    held = tmp_path / "agent"
+    assert sorted(exported.save_files(held / "cand.onnx", digest=False)) == ["cand.onnx", "cand.onnx_data"]
+    (held / "cand.onnx").rename(held / "model-sent.onnx")
+    folder = genai_dir(held / "model-sent.onnx", tmp_path / "scratch")
+    assert (folder / "cand.onnx_data").resolve() == (held / "cand.onnx_data").resolve()
+    profile = DeviceProfile(name="gen", sequence=16, context=24, warmup=1, min_runs=3, max_runs=5, max_seconds=1.0,
+                            tolerance=0.1, drift_check_every=0)
+    with Runner(profile) as runner:
+        measurement = runner.measure(held / "model-sent.onnx")
+    assert measurement.ok, measurement.error
+    assert measurement.loop.startswith("onnxruntime-genai") and measurement.decode_latency_ms > 0
+
+
 def test_a_bundle_genai_refuses_is_one_line_naming_genais_reason(tmp_path, genai):
     _, bundle = _bundle(tmp_path)
     broken = tmp_path / "broken"

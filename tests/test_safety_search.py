@@ -339,7 +339,7 @@ def test_a_model_with_external_data_is_measured_on_the_fleet_and_its_figure_serv
     address, device = one_agent
     model, store = tmp_path / "model" / "model.onnx", tmp_path / "s.sqlite"
     written = export_model(tiny_arch()).save_files(model, external_data=True)
-    assert sorted(written) == ["model.onnx", "model.onnx.data"]
+    assert sorted(written) == ["model.onnx", "model.onnx_data"]
     common = ["profile", model, "--device", device, "--json", "--store", store]
     remote = run_cli(*common, "--scheduler", address)
     assert remote.returncode == 0, remote.stderr

@@ -79,8 +79,9 @@ def test_every_frontier_bundle_loads_matches_its_architecture_and_hashes(smoke_s
     out = smoke_search.out_dir
     for m in json.loads((out / "frontier.json").read_text())["models"]:
         bundle = out / m["bundle"]
-        assert {p.name for p in bundle.iterdir()} == {"model.onnx", "genai_config.json", "config.json",
-                                                     "generation_config.json"}
+        assert {p.name for p in bundle.iterdir()} == {"model.onnx", "model.onnx_data", "genai_config.json",
+                                                     "config.json", "generation_config.json"}
+        assert set(m["files"]) == {f"{m['bundle']}/{p.name}" for p in bundle.iterdir()}  # the weights too
         assert m["files"] and all(sha256_of(out / rel) == sha for rel, sha in m["files"].items())
         path = out / m["onnx"]
         assert path == bundle / "model.onnx" and sha256_of(path) == m["sha256"]

@@ -107,7 +107,8 @@ def export(
         "its chat template; the bundle's configs take its bos/eos/pad ids (from generation_config.json or "
         "config.json beside it first)."),
     external_data: Optional[bool] = typer.Option(None, "--external-data/--inline-data",
-                                                 help="Weights in <model>.data beside the model (default: over 2 GB)."),
+                                                 help="Weights in <model>_data beside the model (default: a "
+                                                 "bundle's are, a forward model's only over 2 GB)."),
     target_ort: Optional[str] = typer.Option(
         None, "--target-ort", help="onnxruntime version the model must load in (default: 1.20, the oldest supported)."
     ),

@@ -1,7 +1,8 @@
 """A deployable bundle of the generate variant: what onnxruntime-genai and Hugging Face tooling load.
 
-    DIR/model.onnx            the generate variant (KV cache), weights inline ...
-    DIR/model.onnx.data       ... or here, when over protobuf's 2 GB (or asked for)
+    DIR/model.onnx            the generate variant (KV cache) ...
+    DIR/model.onnx_data       ... and its weights (inline in model.onnx only when asked for: an app's runtime
+                              holds a model read with inline weights larger, ``options.default_external``)
     DIR/genai_config.json     onnxruntime-genai: og.Model(DIR) / og.Generator load it as is (KV-cache
                               backbones; Transformer-XL's recurrence memory is fed by the app's own loop)
     DIR/config.json           Hugging Face style, with ltsedge's per-layer fields a standard config cannot say
@@ -31,7 +32,7 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import precision_fields
 from ltsedge.exporters.tokenizer import TOKENIZER_FILE, read_tokenizer
 from ltsedge.precision import check_precision
-from ltsedge.files import check_writable, write_file
+from ltsedge.files import check_writable, data_file_name, write_file
 
 MODEL_FILE = "model.onnx"
 
@@ -59,10 +60,13 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
     documents = {"config.json": hf_config(arch, tokens, cache_layout=exported.cache_layout),
                  "generation_config.json": hf_generation_config(arch, tokens)}
     documents["config.json"]["ltsedge"].update(precision_fields(exported))  # genai_config: none needed on CPU
+    if external:  # transformers.js fetches a data file only where config.json says the model has one
+        documents["config.json"]["transformers.js_config"] = {"use_external_data_format": {MODEL_FILE: 1}}
     if get_backbone(arch.backbone).genai_compatible:  # a recurrence memory is no KV cache genai could feed
         documents = {"genai_config.json": genai_config(arch, exported.spec, MODEL_FILE, tokens,
                                                        share_buffer=shares_buffer(arch, exported.proto)), **documents}
-    model_files = [MODEL_FILE, f"{MODEL_FILE}.data"] if external else [MODEL_FILE]
+    data_file = data_file_name(MODEL_FILE)
+    model_files = [MODEL_FILE, data_file] if external else [MODEL_FILE]
     names = [*model_files, *documents, *tokenizer_files]
     outdir = None
     if claim is None:
@@ -80,8 +84,9 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
         written[name] = write_file(claim(directory / name), (json.dumps(document, indent=2) + "\n").encode())
     for name, data in tokenizer_files.items():
         written[name] = write_file(claim(directory / name), data)
-    if outdir is not None and not external and outdir.owns(f"{MODEL_FILE}.data"):  # an earlier export's
-        outdir.remove(f"{MODEL_FILE}.data")
+    for stale in [f"{MODEL_FILE}.data", *([] if external else [data_file])]:  # an earlier export's
+        if outdir is not None and outdir.owns(stale):
+            outdir.remove(stale)
     if read.generated:
         written.generated = read.generated
         log.info("%s: made from %s's special tokens (none was beside it)", ", ".join(read.generated), TOKENIZER_FILE)
@@ -126,7 +131,7 @@ def export_to_path(arch, output: str | Path, options: ExportOptions | None = Non
         paths.generated = tuple(str(output / name) for name in files.generated)
         return exported, paths
     if output.name and not output.is_dir():  # (a directory: save_files says to give a file name)
-        for path in [output, output.with_name(output.name + ".data")] if exported.external() else [output]:
+        for path in [output, output.with_name(data_file_name(output.name))] if exported.external() else [output]:
             check_writable(path)  # a device, FIFO or link is never replaced or written through
             check_writable(path.with_name(path.name + ".partial"))
     files = exported.save_files(output)

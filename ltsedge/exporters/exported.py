@@ -15,6 +15,8 @@ from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
 from ltsedge.backbones.kv_cache import declared_cache_layout
 from ltsedge.errors import LtsedgeError
+from ltsedge.exporters.options import default_external
+from ltsedge.files import data_file_name
 from ltsedge.iospec import ExportSpec
 from ltsedge.ortcompat import OnnxTarget
 from ltsedge.wire import serialized_parts
@@ -61,10 +63,12 @@ class ExportedModel:
 
     def external(self, external_data: bool | None = None) -> bool:
         """Are its weights written to a data file beside it? ``external_data`` when given, else its
-        options' ``external_data``, else only when over protobuf's 2 GB."""
+        options' ``external_data``, else by default (``default_external``)."""
         if external_data is None and self.options is not None:
             external_data = self.options.external_data
-        return self.needs_external_data() if external_data is None else external_data
+        if external_data is None:
+            return default_external(self.spec.variant) or self.needs_external_data()
+        return external_data
 
     def to_bytes(self) -> bytes:
         if self.needs_external_data():
@@ -76,8 +80,8 @@ class ExportedModel:
         """Write the model (atomically: never a half-written file under its final name); return the
         sha256 of the model file, from the very bytes written (``digest=False`` skips it for scratch files).
 
-        ``external_data``: weights in ``<file>.data`` beside it (None: as its options say, else only when
-        over protobuf's 2 GB).
+        ``external_data``: weights in ``<file>_data`` beside it (None: as its options say, else as ``external``
+        decides).
         """
         return self.save_files(path, digest=digest, external_data=external_data).get(Path(path).name)
 
@@ -92,7 +96,7 @@ class ExportedModel:
         except OSError as e:
             raise LtsedgeError(f"cannot create {path.parent}: {e.strerror or e}") from None
         external = self.external(external_data)
-        data_name = f"{path.name}.data"
+        data_name = data_file_name(path.name)
         model_parts, data_parts = serialized_parts(self.proto, self.weights, data_name if external else None)
         written = {}
         if external:  # the data first: a model file never points at a data file that is not there yet

@@ -40,7 +40,8 @@ class ExportOptions:
     ``precision``: fp32, or fp16 / int8 / int4 by onnxruntime's quantizers, with ``quantization``'s
     options (None: ``QuantOptions()``; options of another precision than this one change nothing).
     ``cache_layout``: a KV-cache generate variant's (``backbones.kv_cache``; None: the backbone's default).
-    ``external_data``: the weights in ``<file>.data`` beside the model (None: only over protobuf's 2 GB).
+    ``external_data``: the weights in ``<file>_data`` beside the model (None: a generation model's always, other
+    models' only over protobuf's 2 GB; ``default_external``).
     ``graph_form``: plain (standard ONNX operators) or contrib (onnxruntime's fused operators), of the forms
     the backbone has (None: its default, where the target runs it; ``graph_form_of``).
     Bad values are refused on construction, one line each."""
@@ -92,7 +93,8 @@ class ExportOptions:
         stay): the variant; where it gives another graph than the per-layer one (which every key without it
         has always meant), a generate variant's KV-cache layout; a precision other than fp32 (an int8 figure
         never answers for fp32) with any of its quantization options (``QuantOptions``) other than the
-        defaults; weights in an external data file when asked for (``data=external``: they load otherwise); a
+        defaults; weights in an external data file (``data=external``: they load otherwise), as generation models'
+        are unless asked otherwise; a
         graph form other than plain (``form=contrib``: onnxruntime's fused operators, the default of some
         backbones for targets that run them, ``graph_form_of``)."""
         from ltsedge.backbones import get_backbone
@@ -121,9 +123,15 @@ class ExportOptions:
             quantization = self.quantization.key(self.precision) if self.quantization is not None else None
             if quantization:
                 settings["quantization"] = quantization
-        if self.external_data:  # None (only over 2 GB) and False (inline) are the keys of old
+        if self.data_external:  # False (inline), and None where that means inline, are the keys of old
             settings["data"] = "external"
         return arch_key(arch.id, settings)
+
+    @property
+    def data_external(self) -> bool:
+        """Are the weights in a data file (below 2 GB: above, they always are)? Asked for, or the variant's
+        default: a generation model's weights are (``default_external``), so its keys say so."""
+        return default_external(self.variant) if self.external_data is None else self.external_data
 
     def graph_form_of(self, backbone) -> str:
         """The form ``backbone``'s graph is exported in: ``graph_form`` when given (one the backbone has), else
@@ -151,6 +159,14 @@ class ExportOptions:
     def _preferred(self, backbone) -> tuple[str, ...]:
         form = backbone.generate_graph_form if self.variant == "generate" else None
         return (form,) if form else ()
+
+
+def default_external(variant: str) -> bool:
+    """Are a variant's weights in a data file unless asked otherwise? A generation model's are: onnxruntime
+    holds a model read with its weights inline about half their size again for as long as it runs (45 MiB
+    more for SmolLM2-135M at int4, 86 MB), and apps load generation bundles; onnxruntime-genai's builder writes
+    its models so too. Other models keep one file below protobuf's 2 GB."""
+    return variant == "generate"
 
 
 def runs_form(form: str, runtime: str) -> bool:

@@ -23,6 +23,7 @@ from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.options import ExportOptions
+from ltsedge.files import data_file_name
 from ltsedge.keys import measurement_key, measurement_settings
 from ltsedge.proxy import count_params, decoder_merit, merit_of
 from ltsedge.runners import Measurement, MeasuringRunner
@@ -218,8 +219,8 @@ class CandidateEvaluator:
                     figures[arch.id] = Measurement.failure(f"not exported: {e}", "environment")
                     continue
                 path = self._scratch_path(f"{arch.id}.onnx")
-                if exported.needs_external_data():  # over 2 GB: its weights go in a data file beside it
-                    self._scratch_path(f"{arch.id}.onnx.data")
+                if exported.external():  # its weights go in a data file beside it
+                    self._scratch_path(data_file_name(f"{arch.id}.onnx"))
                 written += [path.with_name(name) for name in exported.save_files(path, digest=False)]
                 paths.append(path)
                 exported_archs.append(arch)

@@ -24,7 +24,7 @@ from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import MODEL_FILE, write_bundle
 from ltsedge.exporters.options import ExportOptions
-from ltsedge.files import sha256_of
+from ltsedge.files import data_file_name, sha256_of
 from ltsedge.proxy import decoder_merit, merit_of
 from ltsedge.runners import MeasuringRunner
 from ltsedge.runners.racing import Race
@@ -69,7 +69,7 @@ def write_frontier(front: list[Candidate], outdir: OutputDir, options: ExportOpt
         else:
             model_rel = f"{MODELS}/{c.arch.id}.onnx"
             if exported.external():
-                outdir.path(model_rel + ".data")
+                outdir.path(data_file_name(model_rel))
             saved = exported.save_files(outdir.path(model_rel))
             files = {f"{MODELS}/{name}": sha for name, sha in saved.items()}
         written.append(PublishedModel(c, outdir.root / model_rel, files[model_rel], files))
@@ -146,7 +146,8 @@ def keep_front(models: list[PublishedModel], outdir: OutputDir, budgets: Budgets
 
 
 def _model_id(rel: str) -> str:
-    """``models/<id>.onnx[.data]`` or ``models/<id>/<file>`` -> ``<id>``."""
+    """``models/<id>.onnx[_data]`` (or ``.data``, as earlier versions named it) or ``models/<id>/<file>`` ->
+    ``<id>``."""
     name = rel.split("/")[1]
     return name.split(".onnx")[0]
 

@@ -20,7 +20,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import check_writable, write_atomically
+from ltsedge.files import DATA_SUFFIX, check_writable, write_atomically
 
 MANIFEST = ".ltsedge-manifest.json"
 PARTIAL = ".partial"  # the suffix of files.write_atomically's and the exporters' half-written files
@@ -148,11 +148,12 @@ class OutputDir:
 
     def _half_written(self, rel: str) -> bool:
         """``rel`` is the ``<name>.partial`` that ltsedge's atomic writes leave when killed mid-write, of a
-        recorded file (or of the ``.data`` beside a recorded model): ours, adopted so a resume clears it."""
+        recorded file (or of the data file beside a recorded model): ours, adopted so a resume clears it."""
         if not rel.endswith(PARTIAL):
             return False
         target = rel[: -len(PARTIAL)]
-        return target in self._files or (target.endswith(".data") and target[: -len(".data")] in self._files)
+        return target in self._files or any(target.endswith(suffix) and target[: -len(suffix)] in self._files
+                                            for suffix in (DATA_SUFFIX, ".data"))
 
     def _existing(self) -> list[str]:
         found = [name for name in self.outputs if os.path.lexists(self.root / name)]
