@@ -93,10 +93,10 @@ class ExportOptions:
         stay): the variant; where it gives another graph than the per-layer one (which every key without it
         has always meant), a generate variant's KV-cache layout; a precision other than fp32 (an int8 figure
         never answers for fp32) with any of its quantization options (``QuantOptions``) other than the
-        defaults; weights in an external data file (``data=external``: they load otherwise), as generation models'
-        are unless asked otherwise; a
-        graph form other than plain (``form=contrib``: onnxruntime's fused operators, the default of some
-        backbones for targets that run them, ``graph_form_of``)."""
+        defaults; weights in an external data file (``data=external``: they load otherwise), as generation
+        models' are unless asked otherwise (``data_external``); a graph form other than plain (``form=contrib``:
+        onnxruntime's fused operators, the default of some backbones for targets that run them,
+        ``graph_form_of``)."""
         from ltsedge.backbones import get_backbone
 
         backbone = get_backbone(arch.backbone)
