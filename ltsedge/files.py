@@ -58,6 +58,7 @@ def read_capped(path: str | Path, what: str, limit: int) -> bytes:
 
 
 DATA_SUFFIX = "_data"  # model.onnx -> model.onnx_data: Optimum's name, the one transformers.js fetches
+EARLIER_DATA_SUFFIX = ".data"  # what versions before it wrote: still recognised as ours, to be cleared
 
 
 def data_file_name(model_name: str) -> str:

@@ -32,7 +32,7 @@ from ltsedge.exporters.options import ExportOptions
 from ltsedge.exporters.quantize import precision_fields
 from ltsedge.exporters.tokenizer import TOKENIZER_FILE, read_tokenizer
 from ltsedge.precision import check_precision
-from ltsedge.files import check_writable, data_file_name, write_file
+from ltsedge.files import EARLIER_DATA_SUFFIX, check_writable, data_file_name, write_file
 
 MODEL_FILE = "model.onnx"
 
@@ -84,9 +84,10 @@ def write_bundle(exported, directory: str | Path, *, tokenizer: str | Path | Non
         written[name] = write_file(claim(directory / name), (json.dumps(document, indent=2) + "\n").encode())
     for name, data in tokenizer_files.items():
         written[name] = write_file(claim(directory / name), data)
-    for stale in [f"{MODEL_FILE}.data", *([] if external else [data_file])]:  # an earlier export's
-        if outdir is not None and outdir.owns(stale):
-            outdir.remove(stale)
+    if outdir is not None:  # an earlier export's data file, where this one has none or another name
+        for stale in [MODEL_FILE + EARLIER_DATA_SUFFIX, *([] if external else [data_file])]:
+            if outdir.owns(stale):
+                outdir.remove(stale)
     if read.generated:
         written.generated = read.generated
         log.info("%s: made from %s's special tokens (none was beside it)", ", ".join(read.generated), TOKENIZER_FILE)

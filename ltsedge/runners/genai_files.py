@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.runners.genai_loop import CONFIG_FILE
+from ltsedge.runners.model_payload import data_locations, inside_model_dir
 from ltsedge.runners.loop import bundle_config
 
 
@@ -44,9 +45,9 @@ def genai_dir(path: Path, scratch: Path) -> Path | None:
     if link.is_symlink() or link.exists():
         link.unlink()
     os.symlink(path, link)
-    for location in _data_locations(graph):  # its weights, linked where the graph names them (a fleet's agent
+    for location in data_locations(graph):  # its weights, linked where the graph names them (a fleet's agent
         data, target = path.parent / location, folder / location  # writes the model under a name of its own)
-        if location.startswith(("/", "\\")) or ".." in Path(location).parts:
+        if not inside_model_dir(location):
             continue  # outside the model's directory: onnxruntime refuses the model, and says so
         if data.exists() and not os.path.lexists(target):
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -54,13 +55,6 @@ def genai_dir(path: Path, scratch: Path) -> Path | None:
     document = genai_config(arch, ExportSpec.from_json(meta["io_spec"]), path.name, share_buffer=shares_buffer(arch, graph))
     (folder / CONFIG_FILE).write_text(json.dumps(document, indent=2))
     return folder
-
-
-def _data_locations(graph) -> list[str]:
-    """The external data files ``graph`` names (relative to its model file), each once."""
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-
-    return sorted({ExternalDataInfo(t).location for t in _get_all_tensors(graph) if uses_external_data(t)})
 
 
 def kv_cache_mb(path: Path, profile) -> float | None:

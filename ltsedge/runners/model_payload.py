@@ -26,21 +26,32 @@ def external_data_locations(content: bytes, path) -> list[str]:
     if b"location" not in content:  # the key every external tensor carries: most models, no parsing
         return []
     import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 
     try:
         proto = onnx.ModelProto.FromString(content)
     except Exception:  # noqa: BLE001 - protobuf's DecodeError: the agent's onnxruntime says why it does not load
         return []
-    locations = sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
+    locations = data_locations(proto)
     for location in locations:
         _check_location(location, path)
     return locations
 
 
-def _check_location(location: str, model) -> None:
+def data_locations(proto) -> list[str]:
+    """The external data files a parsed model (or graph) names, relative to its file, each once."""
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    return sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
+
+
+def inside_model_dir(location: str) -> bool:
+    """Does a data file's ``location`` stay in its model's folder (no absolute path, drive or ``..``)?"""
     parts = PurePosixPath(location.replace("\\", "/")).parts
-    if not parts or location.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+    return bool(parts) and not location.startswith(("/", "\\")) and ".." not in parts and ":" not in parts[0]
+
+
+def _check_location(location: str, model) -> None:
+    if not inside_model_dir(location):
         raise LtsedgeError(f"model {model} names external data {location!r} outside its own directory; "
                            f"it cannot be measured on a fleet")
 

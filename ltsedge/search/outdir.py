@@ -20,7 +20,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from ltsedge.errors import LtsedgeError
-from ltsedge.files import DATA_SUFFIX, check_writable, write_atomically
+from ltsedge.files import DATA_SUFFIX, EARLIER_DATA_SUFFIX, check_writable, write_atomically
 
 MANIFEST = ".ltsedge-manifest.json"
 PARTIAL = ".partial"  # the suffix of files.write_atomically's and the exporters' half-written files
@@ -153,7 +153,7 @@ class OutputDir:
             return False
         target = rel[: -len(PARTIAL)]
         return target in self._files or any(target.endswith(suffix) and target[: -len(suffix)] in self._files
-                                            for suffix in (DATA_SUFFIX, ".data"))
+                                            for suffix in (DATA_SUFFIX, EARLIER_DATA_SUFFIX))
 
     def _existing(self) -> list[str]:
         found = [name for name in self.outputs if os.path.lexists(self.root / name)]
