@@ -15,6 +15,7 @@ import numpy as np
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.iospec import ExportSpec
+from ltsedge.workloads import BATCH_AXES
 
 
 @dataclass
@@ -30,7 +31,7 @@ def greedy(session, prompt: np.ndarray, n_new: int, attention_mask: np.ndarray |
     batch = prompt.shape[0]
     mask = np.ones_like(prompt) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
     positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
-    past = {t.name: np.zeros([batch if d == "batch" else 0 if d == "past_sequence" else d for d in t.dims],
+    past = {t.name: np.zeros([batch if d in BATCH_AXES else 0 if d == "past_sequence" else d for d in t.dims],
                              dtype=t.dtype) for t in spec.input("past")}
     presents = [t.name for t in spec.output("present")]
     declared = {t.name for t in spec.inputs}

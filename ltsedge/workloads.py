@@ -32,19 +32,29 @@ class Workload:
     reference: str = "compute"
 
 
+# The batch axis's names: "batch" (forward models, and bundles of before graph versions gpt2 2, opt 2, llama 4),
+# "batch_size" (generation bundles: ``backbones.kv_cache.BATCH``).
+BATCH_AXES = ("batch", "batch_size")
+
+
+def batch_axes(batch: int) -> dict[str, int]:
+    """Every name of the batch axis sized ``batch``, for ``iospec.axis_sizes``'s base."""
+    return dict.fromkeys(BATCH_AXES, batch)
+
+
 def _forward_axes(profile: Any) -> dict[str, int]:
     """One full pass over ``sequence`` tokens (the study's protocol)."""
-    return {"batch": profile.batch, "sequence": profile.sequence}
+    return {**batch_axes(profile.batch), "sequence": profile.sequence}
 
 
 def _prefill_axes(profile: Any) -> dict[str, int]:
     """A prompt of ``sequence`` tokens through a generate model, with an empty cache."""
-    return {"batch": profile.batch, "sequence": profile.sequence, "past_sequence": 0}
+    return {**batch_axes(profile.batch), "sequence": profile.sequence, "past_sequence": 0}
 
 
 def _decode_axes(profile: Any) -> dict[str, int]:
     """One new token after a cache of ``context`` tokens: the time per generated token."""
-    return {"batch": profile.batch, "sequence": 1, "past_sequence": profile.context}
+    return {**batch_axes(profile.batch), "sequence": 1, "past_sequence": profile.context}
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (

@@ -150,8 +150,8 @@ def test_the_default_layout_is_uniform_and_declares_h_heads_everywhere():
     assert DEFAULT_CACHE_LAYOUT == "uniform"
     exported_model = export_model(arch, ExportOptions(variant="generate"))
     assert exported_model.cache_layout == "uniform"
-    assert {t.dims for t in exported_model.spec.input("past")} == {("batch", 8, "past_sequence", 8)}
-    assert {t.dims for t in exported_model.spec.output("present")} == {("batch", 8, "total_sequence", 8)}
+    assert {t.dims for t in exported_model.spec.input("past")} == {("batch_size", 8, "past_sequence", 8)}
+    assert {t.dims for t in exported_model.spec.output("present")} == {("batch_size", 8, "total_sequence", 8)}
     per_layer = export_model(arch, ExportOptions(variant="generate", cache_layout="per-layer"))
     assert per_layer.cache_layout == "per-layer"
     assert [t.dims[1] for t in per_layer.spec.input("past")] == [4, 4, 8, 8, 2, 2]

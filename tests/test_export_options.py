@@ -25,16 +25,16 @@ from tests.helpers import graph_digest, one_line_exit_2, run_ltsedge
 
 # tests/test_pins.py's architectures and literal keys
 PLAIN = Architecture(n_layer=2, d_model=64, n_head=(2, 4), d_inner=(128, 192), vocab_size=512, n_positions=64)
-PLAIN_KEY = "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:weights=shared-v1"
-PLAIN_KEY_116 = "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=9:opset=19:weights=shared-v1"
+PLAIN_KEY = "arch:gpt2-L2-d64-e3e80f2a5f:graph=2:ir=10:opset=21:weights=shared-v1"
+PLAIN_KEY_116 = "arch:gpt2-L2-d64-e3e80f2a5f:graph=2:ir=9:opset=19:weights=shared-v1"
 EQUAL = Architecture(n_layer=2, d_model=64, n_head=(4, 4), d_inner=(128, 96), vocab_size=300, n_positions=64)
 # a generate variant's key says where its weights are: in a data file by default (options.default_external)
-EQUAL_GENERATE_KEY = ("arch:gpt2-L2-d64-9797b70641:data=external:graph=1:ir=10:opset=21:variant=generate:"
+EQUAL_GENERATE_KEY = ("arch:gpt2-L2-d64-9797b70641:data=external:graph=2:ir=10:opset=21:variant=generate:"
                       "weights=shared-v1")
-EQUAL_INLINE_KEY = "arch:gpt2-L2-d64-9797b70641:graph=1:ir=10:opset=21:variant=generate:weights=shared-v1"
+EQUAL_INLINE_KEY = "arch:gpt2-L2-d64-9797b70641:graph=2:ir=10:opset=21:variant=generate:weights=shared-v1"
 PER_LAYER = Architecture(n_layer=3, d_model=64, n_head=(2, 8, 4), d_inner=(128, 256, 96), vocab_size=300,
                          n_positions=64)  # heads that differ: its cache layout changes the graph
-PER_LAYER_KEY = ("arch:gpt2-L3-d64-beaaafee17:data=external:graph=1:ir=10:opset=21:variant=generate:"
+PER_LAYER_KEY = ("arch:gpt2-L3-d64-beaaafee17:data=external:graph=2:ir=10:opset=21:variant=generate:"
                  "weights=shared-v1")
 
 

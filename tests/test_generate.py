@@ -55,6 +55,6 @@ def test_the_declared_cache_has_per_layer_heads():
     arch = Architecture(n_layer=3, d_model=64, n_head=[2, 8, 4], d_inner=[128] * 3, vocab_size=100, n_positions=32)
     spec = export_model(arch, ExportOptions(variant="generate", cache_layout="per-layer")).spec
     past = {t.name: t.dims for t in spec.input("past")}
-    assert past["past_key_values.0.key"] == ("batch", 2, "past_sequence", 32)
-    assert past["past_key_values.1.value"] == ("batch", 8, "past_sequence", 8)
-    assert {t.name: t.dims for t in spec.output("present")}["present.2.key"] == ("batch", 4, "total_sequence", 16)
+    assert past["past_key_values.0.key"] == ("batch_size", 2, "past_sequence", 32)
+    assert past["past_key_values.1.value"] == ("batch_size", 8, "past_sequence", 8)
+    assert {t.name: t.dims for t in spec.output("present")}["present.2.key"] == ("batch_size", 4, "total_sequence", 16)

@@ -92,7 +92,7 @@ def test_default_space_baseline_and_longest_sequence():
     assert OPT.max_sequence(space) == 2048
     base = OPT.baseline()
     assert (base.d_model, base.d_inner, base.n_head, base.layers) == (1024, 4096, 16, (4, 8, 12, 16, 20, 24))
-    assert OPT.supports_block_types and OPT.genai_compatible and OPT.graph_version == 1
+    assert OPT.supports_block_types and OPT.genai_compatible and OPT.graph_version == 2
 
 
 # --- export: forward --------------------------------------------------------------------------------
@@ -156,8 +156,8 @@ def test_an_ffn_only_layer_has_no_attention_nodes_and_no_cache():
     spec = OPT.export_spec(arch, "generate", cache_layout="per-layer")
     past = {t.name: t.dims for t in spec.input("past")}
     assert list(past) == [f"past_key_values.{k}.{kind}" for k in (0, 1) for kind in ("key", "value")]
-    assert past["past_key_values.0.key"] == ("batch", 1, "past_sequence", 32)  # cache 0 = layer 1
-    assert past["past_key_values.1.value"] == ("batch", 8, "past_sequence", 4)  # cache 1 = layer 3
+    assert past["past_key_values.0.key"] == ("batch_size", 1, "past_sequence", 32)  # cache 0 = layer 1
+    assert past["past_key_values.1.value"] == ("batch_size", 8, "past_sequence", 4)  # cache 1 = layer 3
     assert [t.name for t in spec.output("present")][-1] == "present.1.value"
 
 

@@ -76,8 +76,8 @@ def test_an_ffn_layer_has_no_attention_nodes_weights_or_cache(variant):
         assert past == [f"past_key_values.{k}.{kind}" for k in (0, 1) for kind in ("key", "value")]
         dims = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
         assert cache_layers(arch) == (1, 2)  # cache 0 is layer 1's (8 heads of 8), cache 1 layer 2's (4 of 16)
-        assert dims["past_key_values.0.key"] == ["batch", 8, "past_sequence", 8]
-        assert dims["past_key_values.1.value"] == ["batch", 4, "past_sequence", 16]
+        assert dims["past_key_values.0.key"] == ["batch_size", 8, "past_sequence", 8]
+        assert dims["past_key_values.1.value"] == ["batch_size", 4, "past_sequence", 16]
 
 
 def test_a_model_without_attention_has_no_cache_and_still_generates():

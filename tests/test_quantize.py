@@ -212,10 +212,10 @@ def test_store_key_names_the_precision_and_fp32_keys_are_unchanged():
 
     fp32 = key()
     assert fp32 == key("fp32") == ExportOptions().model_key(arch) == \
-        "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:weights=shared-v1"  # tests/test_pins.py's pin
+        "arch:gpt2-L2-d64-e3e80f2a5f:graph=2:ir=10:opset=21:weights=shared-v1"  # tests/test_pins.py's pin
     int8, int4 = key("int8"), key("int4")
     assert len({fp32, int8, int4}) == 3
-    assert int4 == "arch:gpt2-L2-d64-e3e80f2a5f:graph=1:ir=10:opset=21:precision=int4:weights=shared-v1"
+    assert int4 == "arch:gpt2-L2-d64-e3e80f2a5f:graph=2:ir=10:opset=21:precision=int4:weights=shared-v1"
     assert key("int4", QuantOptions()) == int4
     other = key("int4", QuantOptions(block_size=64))
     assert other not in (int4, fp32) and "block_size64" in other

@@ -139,12 +139,8 @@ def test_transformersjs_generates_the_reference_tokens_from_the_bundle_as_writte
                                   "llama per-layer key/value heads, untied"])
 def test_transformersjs_own_empty_caches_also_generate_the_reference_tokens(tmp_path, name):
     """--stock-cache: generate() as a plain app calls it. transformers.js sizes an empty cache's symbolic axes
-    by name and knows the batch axis only as `batch_size`: ltsedge's `batch` gets 0 rows, which onnxruntime's
-    Concat of an empty past with the new keys accepts (checked with transformers.js 4.3.1 / onnxruntime-node
-    1.30). Renaming the axis `batch_size` in kv_cache.generate_spec would size it right."""
-    if name.startswith("llama"):  # a known gap, not hidden: the docs and the closing note say it
-        pytest.skip("Llama's default form (GroupQueryAttention) refuses transformers.js's stock empty cache of 0 "
-                    "rows, which a plain Concat accepted; export with --target-ort 1.20 for it")
+    by name and knows the batch axis only as `batch_size`, the name a bundle gives it (kv_cache.BATCH): any
+    other gets 0 rows, which GroupQueryAttention (Llama's default form) refuses."""
     bundle = make_bundle(tmp_path, name)
     expected = [full_recompute_greedy(bundle / "model.onnx", prompt, STEPS) for prompt in PROMPTS]
     rows = [arg for row in left_padded(PROMPTS) for arg in ("--ids", row)]

@@ -30,6 +30,10 @@ CACHE_LAYOUTS = (PER_LAYER, UNIFORM)
 # (onnxruntime CPU, one thread) costs the same in both layouts within the noise of a few %; the uniform
 # graph copies no more of the cache than the per-layer one (tests/test_cache_layout.py).
 DEFAULT_CACHE_LAYOUT = UNIFORM
+# A bundle's batch axis (``workloads.BATCH_AXES``), named as Optimum's exports name it: transformers.js makes an app's empty caches from the
+# graph's declared shapes and sizes a symbolic axis by name, knowing the batch only as "batch_size" (any other
+# name gets 0 rows, which GroupQueryAttention refuses; a Concat took them).
+BATCH = "batch_size"
 
 
 def check_cache_layout(layout: str) -> str:
@@ -46,16 +50,16 @@ def cache_spec(arch, shapes) -> ExportSpec:
     """The generate variant with caches of the given static ``(heads, head size)``, one per attention layer
     in order (``cache_layers``): a family whose caches are not d_model wide (grouped key/value heads) gives
     its own."""
-    inputs = [TensorSpec("input_ids", "int64", ("batch", "sequence"), "input_ids"),
-              TensorSpec("attention_mask", "int64", ("batch", "total_sequence"), "attention_mask"),
-              TensorSpec("position_ids", "int64", ("batch", "sequence"), "position_ids")]
-    outputs = [TensorSpec("logits", "float32", ("batch", "sequence", arch.vocab_size), "logits")]
+    inputs = [TensorSpec("input_ids", "int64", (BATCH, "sequence"), "input_ids"),
+              TensorSpec("attention_mask", "int64", (BATCH, "total_sequence"), "attention_mask"),
+              TensorSpec("position_ids", "int64", (BATCH, "sequence"), "position_ids")]
+    outputs = [TensorSpec("logits", "float32", (BATCH, "sequence", arch.vocab_size), "logits")]
     for i, (n_head, d_head) in enumerate(shapes):
         for kind in ("key", "value"):
             inputs.append(TensorSpec(PAST.format(i=i, kind=kind), "float32",
-                                     ("batch", n_head, "past_sequence", d_head), "past"))
+                                     (BATCH, n_head, "past_sequence", d_head), "past"))
             outputs.append(TensorSpec(PRESENT.format(i=i, kind=kind), "float32",
-                                      ("batch", n_head, "total_sequence", d_head), "present"))
+                                      (BATCH, n_head, "total_sequence", d_head), "present"))
     return ExportSpec("generate", tuple(inputs), tuple(outputs))
 
 

@@ -61,6 +61,7 @@ def kv_cache_mb(path: Path, profile) -> float | None:
     """The cache an app holds at the profile's context, from the past inputs an ltsedge model declares."""
     from ltsedge.exporters import read_metadata
     from ltsedge.iospec import ExportSpec, axis_sizes, shape_of
+    from ltsedge.workloads import batch_axes
 
     try:
         text = read_metadata(path).get("io_spec")
@@ -69,7 +70,7 @@ def kv_cache_mb(path: Path, profile) -> float | None:
     if not text:
         return _genai_config_kv_mb(path, profile)
     spec = ExportSpec.from_json(text)
-    sizes = axis_sizes(spec, {"batch": profile.batch, "sequence": 1, "past_sequence": profile.context})
+    sizes = axis_sizes(spec, {**batch_axes(profile.batch), "sequence": 1, "past_sequence": profile.context})
     import numpy as np
 
     total = sum(int(np.prod(shape_of(t, sizes))) * np.dtype(t.dtype).itemsize for t in spec.input("past"))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ltsedge.errors import LtsedgeError
 from ltsedge.generation import _spec
+from ltsedge.workloads import BATCH_AXES
 from ltsedge.subnets.loss import HeldOutLoss
 
 
@@ -30,7 +31,8 @@ def bundle_loss(model_file: str | Path, windows, threads: int | None = None) -> 
     session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
     spec = _spec(session)
     declared = {t.name for t in session.get_inputs()}
-    past = {t.name: np.zeros([1 if d == "batch" else 0 if d == "past_sequence" else d for d in t.dims], dtype=t.dtype)
+    past = {t.name: np.zeros([1 if d in BATCH_AXES else 0 if d == "past_sequence" else d for d in t.dims],
+                             dtype=t.dtype)
             for t in spec.input("past")}
     total = 0.0
     for window in windows:

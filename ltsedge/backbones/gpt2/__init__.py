@@ -15,6 +15,8 @@ class GPT2Backbone(PackageBackbone):
     name = "gpt2"
     description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
     variants = ("forward", "generate")
+    # 2: a bundle's batch axis is "batch_size" (kv_cache.BATCH: transformers.js's own empty caches get their rows)
+    graph_version = 2
     model_class = "GPT2"
     kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True  # PAR layers: FFN-only (no attention, no cache) or attention-only

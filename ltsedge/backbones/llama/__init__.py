@@ -31,8 +31,9 @@ class LlamaBackbone(PackageBackbone):
     description = "Llama: pre-RMSNorm blocks, rotary positions, grouped-query attention, SwiGLU"
     variants = ("forward", "generate")
     # 2: int4 reads the tied embedding from the output layer's blocks, and quantized logits are not copied;
-    # 3: q, k and v from one packed projection, the mask added to the scores
-    graph_version = 3
+    # 3: q, k and v from one packed projection, the mask added to the scores; 4: a bundle's batch axis is
+    # "batch_size" (kv_cache.BATCH: transformers.js's own empty caches get their rows)
+    graph_version = 4
     # standard operators (graph.py; faster on a CPU: benchmarks/llama_graph_form.py), or onnxruntime's fused ones
     graph_forms = ("plain", "contrib")
     # Its bundles: GroupQueryAttention reading and writing one past/present buffer in onnxruntime-genai's loop

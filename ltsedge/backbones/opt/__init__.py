@@ -18,6 +18,8 @@ class OPTBackbone(PackageBackbone):
     name = "opt"
     description = "OPT: pre-LayerNorm blocks, ReLU FFN, learned positions with OPT's offset, tied output"
     variants = ("forward", "generate")
+    # 2: a bundle's batch axis is "batch_size" (kv_cache.BATCH: transformers.js's own empty caches get their rows)
+    graph_version = 2
     model_class = "OPT"
     kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True
