@@ -153,8 +153,9 @@ def test_config_json_is_the_hugging_face_familys_where_its_reading_is_true():
     """GPT-2, OPT and Llama models get their family's model_type and transformers' field names (Optimum loads
     them: tests/test_runtimes.py), adaptive embeddings, PAR layers and grouped key/value heads included;
     Transformer-XL and a model without attention (no KV cache) keep ltsedge's own."""
-    gpt2 = hf_config(HETEROGENEOUS)
+    gpt2 = hf_config(HETEROGENEOUS, cache_layout="uniform")  # the layout Optimum loads: every cache in 8 heads
     assert (gpt2["model_type"], gpt2["architectures"]) == ("gpt2", ["GPT2LMHeadModel"])
+    assert hf_config(HETEROGENEOUS)["n_head"] == 2  # the default, per layer: the first cache's own heads
     assert {k: gpt2[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")} == {
         "n_embd": 64, "n_layer": 3, "n_head": 8, "n_inner": 128, "n_positions": 96, "vocab_size": 300}
     assert gpt2["ltsedge"]["n_head_per_layer"] == [2, 8, 4] and gpt2["ltsedge"]["d_inner_per_layer"] == [128, 256, 96]

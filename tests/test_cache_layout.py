@@ -18,11 +18,12 @@ import torch
 
 from ltsedge.architecture import Architecture
 from ltsedge.backbones import get_backbone
-from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, cache_layers, uniform_heads
+from ltsedge.backbones.kv_cache import cache_layers, uniform_heads
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
 from ltsedge.exporters.bundle import write_bundle
 from ltsedge.exporters.genai import genai_config, hf_config
+from ltsedge.exporters.optimum import optimum_note
 from ltsedge.exporters.options import ExportOptions
 from ltsedge.generation import greedy
 from tests.helpers import exported, genai_greedy, prompts, reference_greedy, reference_tokens, trained_like_weights
@@ -122,7 +123,8 @@ def test_onnxruntime_genai_generates_the_reference_tokens_from_the_uniform_bundl
 @pytest.mark.parametrize("name", ["gpt2", "opt"])
 def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(tmp_path, name):
     """Optimum sizes every layer's empty cache [batch, n_head, 0, d_model / n_head] from config.json:
-    with per-layer heads only the uniform layout (the default) matches every layer."""
+    with per-layer heads only the uniform layout matches every layer. The default (per layer) says so in one
+    line naming the layout it loads."""
     optimum_ort = pytest.importorskip("optimum.onnxruntime", reason="Optimum is not installed")
     prompt, steps = [5, 17, 99, 3], 12  # tests/test_runtimes.py's
     arch = ARCHS[name]
@@ -130,8 +132,11 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     state = torch.load(tmp_path / "w.pt")
     model = get_backbone(arch.backbone).build_model(arch)
     model.load_state_dict(state)
-    # the default layout
-    write_bundle(export_model(arch, ExportOptions(variant="generate"), weights=state), tmp_path / "bundle")
+    note = optimum_note(export_model(arch, ExportOptions(variant="generate"), weights=state))  # the default
+    assert "cannot load this bundle" in note and "--cache-layout uniform exports one it loads" in note
+    uniform = export_model(arch, ExportOptions(variant="generate", cache_layout="uniform"), weights=state)
+    assert optimum_note(uniform) is None
+    write_bundle(uniform, tmp_path / "bundle")
     config = json.loads((tmp_path / "bundle" / "config.json").read_text())
     assert config["model_type"] == arch.backbone
     H = uniform_heads(arch)
@@ -145,14 +150,14 @@ def test_optimum_loads_the_bundle_unchanged_and_generates_the_reference_tokens(t
     assert out[0, len(prompt):].tolist() == expected
 
 
-def test_the_default_layout_is_uniform_and_declares_h_heads_everywhere():
+def test_the_default_layout_is_per_layer_and_the_uniform_one_declares_h_heads_everywhere():
     arch = ARCHS["gpt2-par"]  # H = 8: layer 2's, the most of any layer with a cache (layer 0's 16 have none)
-    assert DEFAULT_CACHE_LAYOUT == "uniform"
-    exported_model = export_model(arch, ExportOptions(variant="generate"))
-    assert exported_model.cache_layout == "uniform"
-    assert {t.dims for t in exported_model.spec.input("past")} == {("batch_size", 8, "past_sequence", 8)}
-    assert {t.dims for t in exported_model.spec.output("present")} == {("batch_size", 8, "total_sequence", 8)}
-    per_layer = export_model(arch, ExportOptions(variant="generate", cache_layout="per-layer"))
+    assert {get_backbone(name).default_cache_layout for name in ("gpt2", "opt", "llama")} == {"per-layer"}
+    uniform = export_model(arch, ExportOptions(variant="generate", cache_layout="uniform"))
+    assert uniform.cache_layout == "uniform"
+    assert {t.dims for t in uniform.spec.input("past")} == {("batch_size", 8, "past_sequence", 8)}
+    assert {t.dims for t in uniform.spec.output("present")} == {("batch_size", 8, "total_sequence", 8)}
+    per_layer = export_model(arch, ExportOptions(variant="generate"))
     assert per_layer.cache_layout == "per-layer"
     assert [t.dims[1] for t in per_layer.spec.input("past")] == [4, 4, 8, 8, 2, 2]
     assert export_model(arch).cache_layout is None  # forward: no cache
@@ -160,17 +165,17 @@ def test_the_default_layout_is_uniform_and_declares_h_heads_everywhere():
 
 def test_configs_say_the_layout_and_h():
     arch = ARCHS["gpt2-par"]
-    config = hf_config(arch)
+    config = hf_config(arch, cache_layout="uniform")
     assert config["n_head"] == 8  # H, not layer 0's 16 heads (an FFN-only layer's)
     assert {k: config["ltsedge"][k] for k in ("cache_layout", "cache_heads", "cache_head_dim")} == {
         "cache_layout": "uniform", "cache_heads": 8, "cache_head_dim": 8}
     assert config["ltsedge"]["n_head_per_layer"] == [16, 4, 8, 2]  # every layer's own heads still said
-    per_layer = hf_config(arch, cache_layout="per-layer")
+    per_layer = hf_config(arch)  # the default
     assert (per_layer["ltsedge"]["cache_layout"], per_layer["ltsedge"]["cache_heads"], per_layer["n_head"]) == (
         "per-layer", 4, 4)  # the first cache's (layer 1's) heads
-    opt = hf_config(ARCHS["opt"])
+    opt = hf_config(ARCHS["opt"], cache_layout="uniform")
     assert opt["num_attention_heads"] == 8 and opt["ltsedge"]["cache_heads"] == 8
-    spec = export_model(arch, ExportOptions(variant="generate")).spec
+    spec = export_model(arch, ExportOptions(variant="generate", cache_layout="uniform")).spec
     genai = genai_config(arch, spec, "model.onnx")["model"]["decoder"]
     assert (genai["num_attention_heads"], genai["num_key_value_heads"], genai["head_size"]) == (8, 8, 8)
     assert "cache_layout" not in hf_config(Architecture(backbone="transfo_xl", n_layer=1, d_model=64, n_head=[2],
@@ -185,8 +190,8 @@ def test_the_store_key_names_the_layout_only_where_it_changes_the_graph():
                                                        vocab_size=300, n_positions=64)
     per_layer = key(heterogeneous, layout="per-layer")
     assert "cache=" not in per_layer  # the graph every generate key has always meant
-    assert key(heterogeneous) == per_layer.replace(":data=", ":cache=uniform:data=")  # keys' fields sorted
-    assert key(heterogeneous, layout="uniform") == key(heterogeneous)
+    assert key(heterogeneous, layout="uniform") == per_layer.replace(":data=", ":cache=uniform:data=")  # sorted
+    assert key(heterogeneous) == per_layer  # the default
     for layout in (None, "uniform", "per-layer"):
         assert "cache=" not in key(equal, layout=layout)
         assert "cache=" not in key(heterogeneous, "forward", layout)  # forward
@@ -206,7 +211,8 @@ def test_a_layer_whose_heads_divide_h_reads_the_cached_values_without_a_copy():
     import onnx
 
     arch = ARCHS["gpt2"]  # 2, 8, 4 heads; H = 8
-    proto = onnx.load_from_string(export_model(arch, ExportOptions(variant="generate")).to_bytes())
+    proto = onnx.load_from_string(export_model(arch, ExportOptions(variant="generate", cache_layout="uniform"))
+                                  .to_bytes())
     for i in range(3):
         readers = {kind: [n.op_type for n in proto.graph.node if f"present.{i}.{kind}" in n.input]
                    for kind in ("key", "value")}

@@ -79,10 +79,13 @@ def test_default_target_is_the_oldest_supported_runtime_not_the_local_one(tmp_pa
     assert OLDEST_ORT == "1.20" and parse_version(ort.__version__) >= parse_version(OLDEST_ORT)
     expected = tuple(min(a, b) for a, b in zip(ORT_RELEASES[1, 20], writer_limits()))  # (21, 10)
     assert (target_for(None).opset, target_for(None).ir_version, target_for(None).runtime) == (*expected, "1.20")
-    for variant in ("forward", "generate"):
-        proto = onnx.load_from_string(export_model(tiny_arch(), ExportOptions(variant=variant)).to_bytes())
-        assert (proto.opset_import[0].version, proto.ir_version) == expected
-        assert read_metadata(proto)["target_ort"] == "1.20"
+    # a forward model, and a generation bundle in standard operators (a head size of 8 the fused kernel does not
+    # take); a bundle whose every cache fuses targets 1.22, the oldest that runs GroupQueryAttention
+    for arch, variant, target in ((tiny_arch(), "forward", "1.20"), (tiny_arch(n_head=[8, 4]), "generate", "1.20"),
+                                  (tiny_arch(), "generate", "1.22")):
+        proto = onnx.load_from_string(export_model(arch, ExportOptions(variant=variant)).to_bytes())
+        assert (proto.opset_import[0].version, proto.ir_version) == (expected if target == "1.20" else (22, 10))
+        assert read_metadata(proto)["target_ort"] == target
         ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])  # and the local one
 
 
@@ -127,12 +130,13 @@ def test_cli_export_with_target(tmp_path, arch_file):
 
 
 @pytest.mark.skipif(not OLD_PYTHON, reason="set LTSEDGE_OLD_ORT_PYTHON to a Python with an older onnxruntime")
-@pytest.mark.parametrize("overrides", [dict(n_head=[2, 4]),  # per-layer heads: the uniform cache layout
+@pytest.mark.parametrize("overrides", [dict(n_head=[2, 4]),  # per-layer heads
                                        dict(backbone="opt", n_head=[4, 4]),
                                        dict(n_layer=3, n_head=[2, 4, 4], d_inner=[128] * 3,
                                             block_types=["ffn", "attn_ffn", "attn_ffn"])])
-def test_a_default_bundle_generates_the_same_tokens_in_the_oldest_supported_runtime(tmp_path, overrides):
-    """What an app bundling onnxruntime 1.20 runs: the default generate export, greedy with its KV cache
+def test_a_bundle_for_the_oldest_supported_runtime_generates_the_same_tokens_there(tmp_path, overrides):
+    """What an app bundling onnxruntime 1.20 runs: a generate export for it (``--target-ort 1.20``: standard
+    operators, where a default bundle whose caches all fuse needs 1.22), greedy with its KV cache
     (ltsedge.generation, which needs only numpy and onnxruntime), the same tokens as here."""
     import json
 
@@ -146,7 +150,7 @@ def test_a_default_bundle_generates_the_same_tokens_in_the_oldest_supported_runt
     torch.manual_seed(3)  # the random initial weights scaled up: unscaled, a model predicts one token over again
     state = {k: v * 8 for k, v in get_backbone(arch.backbone).build_model(arch).state_dict().items()}
     path = tmp_path / "model.onnx"
-    export_model(arch, ExportOptions(variant="generate"), weights=state).save(path)
+    export_model(arch, ExportOptions(variant="generate", target_ort=OLDEST_ORT), weights=state).save(path)
     prompt = np.array([[5, 17, 99, 3]], np.int64)
     here = greedy(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), prompt, 12).tokens
     assert len(set(here[0].tolist())) > 1  # tokens that vary, or the comparison proves little

@@ -369,15 +369,15 @@ def test_the_bundle_runs_where_the_backbone_declares_a_generation_runtime(name, 
 PINNED_GRAPH_VERSION = {"gpt2": 2, "opt": 2, "transfo_xl": 2, "llama": 4, "toy": 1}
 PINS = {
     ("gpt2", "plain", "forward"): "8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
-    ("gpt2", "plain", "generate"): "9ad7025aa2a2396687443009727284e1666bf08a8402b196349f63b6b3495992",
+    ("gpt2", "plain", "generate"): "356c8e78ae998a0c6f9f68c3f02e4bde06f10be3d6aa518e3a58f5c6600d19ff",  # contrib: every cache fuses
     ("gpt2", "par", "forward"): "a1748d7643604b99b220e82a53ef5886634604c2b002b96cadf24cf869e25c80",
-    ("gpt2", "par", "generate"): "e204239b31e9c37c4cd63bb6776e255cf074d90a26fccbb926e242af733355b0",
+    ("gpt2", "par", "generate"): "07196a77ede53565d7cbd0a5a8cdf5c7c55deab7b81f67b0db8e23640b363574",  # contrib: every cache fuses
     ("gpt2", "no_attention", "forward"): "69d09113b9b0791b0ae82805a83cf6c6c7e6c56088918c22acd27e154e7f916c",
     ("gpt2", "no_attention", "generate"): "f901fc3b849e6b6c0855918fea23432147ed31e7c864f28d28079b006d91bdbf",
     ("gpt2", "adaptive", "forward"): "d17c4f484ea3d2ab6131f5c8eae4205462ad2f4d26c13f4b8331dc50aa1f2294",
-    ("gpt2", "adaptive", "generate"): "922964e790e0be8e9a7e05a803b9af82891b29e07718c366657314df5a5e40f8",
+    ("gpt2", "adaptive", "generate"): "2d366e54062addcab203d3e6b4d6d9a93da99d9b62b28b845507b177b1f299a4",  # plain, per-layer caches: a head size of 24
     ("gpt2", "narrow_embedding", "forward"): "512489d86d63bf20a2371130b60c01f3318c1138654de32be63e5543a2ff71ff",
-    ("gpt2", "narrow_embedding", "generate"): "1b025238a33363ee4927dd6f4ceacd371201a013721303a0a3942e32780ca806",
+    ("gpt2", "narrow_embedding", "generate"): "15732570147527579c4a38b6a9c615f05f719554b239ac4a2d1a577aeb104ea9",  # contrib: every cache fuses
     ("transfo_xl", "plain", "forward"): "59edc71962cc251c5493e2fce60d5195653c27a41b6f3546863c5f01cff76caf",
     ("transfo_xl", "plain", "generate"): "66da48f804d75be193c0f0aeed0819e89ba12ab5a9a745165410ff514d8a963e",
     ("transfo_xl", "par", "forward"): "855dfe48f30d86aebfad7380e10a0c8e5e1e6b93e6e6df4f2bb1b7f8bdfb4c2a",
@@ -389,9 +389,9 @@ PINS = {
     ("transfo_xl", "narrow_embedding", "forward"): "dc601837a9736cb66eb907d708724141a09c3b3438c419285c7a5b474cf1452a",
     ("transfo_xl", "narrow_embedding", "generate"): "a0a38304bf0b82226256103f9c4d57d4c4e5f845c8401d40f0ddaf7b73382c20",
     ("opt", "plain", "forward"): "bafe80a8288dc1dd29c8216041706c8da7bba3448c8816ed8d19a4637094bf85",
-    ("opt", "plain", "generate"): "dc087f7744ed2af7b2e817f1498a96130d7db1033e04acc6edf0b8762734e295",
+    ("opt", "plain", "generate"): "383015b9089dadd872b353d2cf905c10874ab5fb37c9c4ea214434760d87236c",  # contrib: every cache fuses
     ("opt", "par", "forward"): "1fd5c4c051a93c86fa7b6b9b32ed9db711aa612b150c8becaab3bd29c050728b",
-    ("opt", "par", "generate"): "919b6fa39e23cbb3c2a44fe3990bca01d6aa1aa2fc7c934945b38eeb55f1dd0c",
+    ("opt", "par", "generate"): "83685568e964c9ec068bb4a12f7836188767b3f7822d0aa8c590f9edc9d69709",  # contrib: every cache fuses
     ("opt", "no_attention", "forward"): "4d09c3006fb86eb3c6a1e34a52b93d12eb2d15b4b90622c374a112d42f661782",
     ("opt", "no_attention", "generate"): "eff865e9120ac249af947616f7841c63c0f3c6f400f8de6db6c83f72731774c9",
     ("llama", "plain", "forward"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",
@@ -407,23 +407,42 @@ PINS = {
     ("llama", "grouped", "generate", "contrib"): "94bcf2dda776bef72f2e6f99af8a005e7ebe9687d8c31729417634493841b3cc",
     ("llama", "fused_grouped", "forward", "contrib"): "0c387b306c65f042a42001c8c244bb502f9fa0a4635d7feed6aa959bd0bf9c61",
     ("llama", "fused_grouped", "generate", "contrib"): "ed5d5efd1efa0cecd24fe6bcd1e2e861e0d8af582dfa3743e22407fddea8df33",
-    # GPT-2's and OPT's contrib form (GroupQueryAttention where the head size and cache take it), for onnxruntime 1.22
+    # GPT-2's and OPT's contrib form (GroupQueryAttention where the head size and cache take it), for onnxruntime 1.22,
+    # in their default cache layout, per layer (the uniform layout's, which their keys name, are no longer pinned)
     ("gpt2", "plain", "forward", "contrib"): "7d7b4ce5ef43dc61b65896e35ffa7f958a1bfebe0b10864a0cedffbe4fc9650b",
-    ("gpt2", "plain", "generate", "contrib"): "1b8fbe1d2d105a4463723bc03f26d44feffc26ae9a585c99add07c0a10de90bd",
+    ("gpt2", "plain", "generate", "contrib"): "356c8e78ae998a0c6f9f68c3f02e4bde06f10be3d6aa518e3a58f5c6600d19ff",
     ("gpt2", "par", "forward", "contrib"): "17c258cb274091135463d5a33db83dae1384357ec3025e7422064fdffde71159",
-    ("gpt2", "par", "generate", "contrib"): "25c47cc1f3579831411cb0f0bd1185498be6256c97b1678223e95cd92a519db3",
+    ("gpt2", "par", "generate", "contrib"): "07196a77ede53565d7cbd0a5a8cdf5c7c55deab7b81f67b0db8e23640b363574",
     ("gpt2", "no_attention", "forward", "contrib"): "e05433c6d78cfc7402379ba24960d4a83a72361b2ee1b6f0d8655cf2e73c91ec",
     ("gpt2", "no_attention", "generate", "contrib"): "9e14b16a4fae91bb3bb69a8318524ba6b2760cff86c1d3fe58da72052e6c303a",
     ("gpt2", "adaptive", "forward", "contrib"): "7dd34de5988fb657ef3a01d5aa82cfd7d16633a0b8d6a990748591264917e92c",
-    ("gpt2", "adaptive", "generate", "contrib"): "345574a26ad34a550a92e88fea8444a1a0484b03aa918e0989712e75fcc22412",
+    ("gpt2", "adaptive", "generate", "contrib"): "f975aabc4ad99b119a8d77293ed57e8f3d81477c54e37a50c259e03d26d4bc25",
     ("gpt2", "narrow_embedding", "forward", "contrib"): "2d1b4af8fef8337bec9b5bdc526a23b11ba950c295dc6927d0ac65064d5f1099",
-    ("gpt2", "narrow_embedding", "generate", "contrib"): "5114772c77de82748d94a30bb6bde6c9dab3a5b629e2c1db1e9545363af22a69",
+    ("gpt2", "narrow_embedding", "generate", "contrib"): "15732570147527579c4a38b6a9c615f05f719554b239ac4a2d1a577aeb104ea9",
     ("opt", "plain", "forward", "contrib"): "d21b222753c6df57c63da54afc2b11e13528ea74eb11804609c5edda45bb55da",
-    ("opt", "plain", "generate", "contrib"): "2fea6d3ce5f3056fbd953597610f595ead0d0d9c19b7f7fb10f1f2a9fec07184",
+    ("opt", "plain", "generate", "contrib"): "383015b9089dadd872b353d2cf905c10874ab5fb37c9c4ea214434760d87236c",
     ("opt", "par", "forward", "contrib"): "8ef7646742a263cec620147110afe5bace31c09789a6ea7e469854f09ff175cd",
-    ("opt", "par", "generate", "contrib"): "1a068d550fe5fd0c4f883aa93a524f83ec5d919074f160d30affdccbb65a3a45",
+    ("opt", "par", "generate", "contrib"): "83685568e964c9ec068bb4a12f7836188767b3f7822d0aa8c590f9edc9d69709",
     ("opt", "no_attention", "forward", "contrib"): "14b4518f8022ec9a1d872c58af89bd7c1729df064152bf8b42caa26479a42d61",
     ("opt", "no_attention", "generate", "contrib"): "1bc6e23714ca6685707e30a53e85dec1410ed2cba5306c261efa3e154553a048",
+    # GPT-2's and OPT's plain form named, for onnxruntime 1.20: the forward default's bytes, and the bundles' in
+    # their default cache layout (per layer) where fused attention is not their default
+    ("gpt2", "plain", "forward", "plain"): "8fa5c319970278625568f9d57f00c5279502206df4112f2a9e43c03cea5f5f8e",
+    ("gpt2", "plain", "generate", "plain"): "6b57069c97b67c0abcd8e74c2ec7d852205c58adb6d3f1c61f2989d95dbef8cc",
+    ("gpt2", "par", "forward", "plain"): "a1748d7643604b99b220e82a53ef5886634604c2b002b96cadf24cf869e25c80",
+    ("gpt2", "par", "generate", "plain"): "d6b4d8dc06c51f230e55b9388fe86be0ab3a3b7a1ab3c1e0afff82ff9e75a2dc",
+    ("gpt2", "no_attention", "forward", "plain"): "69d09113b9b0791b0ae82805a83cf6c6c7e6c56088918c22acd27e154e7f916c",
+    ("gpt2", "no_attention", "generate", "plain"): "f901fc3b849e6b6c0855918fea23432147ed31e7c864f28d28079b006d91bdbf",
+    ("gpt2", "adaptive", "forward", "plain"): "d17c4f484ea3d2ab6131f5c8eae4205462ad2f4d26c13f4b8331dc50aa1f2294",
+    ("gpt2", "adaptive", "generate", "plain"): "2d366e54062addcab203d3e6b4d6d9a93da99d9b62b28b845507b177b1f299a4",
+    ("gpt2", "narrow_embedding", "forward", "plain"): "512489d86d63bf20a2371130b60c01f3318c1138654de32be63e5543a2ff71ff",
+    ("gpt2", "narrow_embedding", "generate", "plain"): "6d2df994ebf688d37baae1b4c6d0d1b0b1a98d96dca7c33fe9c02829d2ca079f",
+    ("opt", "plain", "forward", "plain"): "bafe80a8288dc1dd29c8216041706c8da7bba3448c8816ed8d19a4637094bf85",
+    ("opt", "plain", "generate", "plain"): "9173fc27a1036b341c9e986886861a4463a97347541234c2c962056f890d22da",
+    ("opt", "par", "forward", "plain"): "1fd5c4c051a93c86fa7b6b9b32ed9db711aa612b150c8becaab3bd29c050728b",
+    ("opt", "par", "generate", "plain"): "dc7aa3cd5bdffebdb41824b8a69de9cd190ba86fb6fc7f8fa7e82500388b39ef",
+    ("opt", "no_attention", "forward", "plain"): "4d09c3006fb86eb3c6a1e34a52b93d12eb2d15b4b90622c374a112d42f661782",
+    ("opt", "no_attention", "generate", "plain"): "eff865e9120ac249af947616f7841c63c0f3c6f400f8de6db6c83f72731774c9",
     # the plain form named, for onnxruntime 1.20 (FORM_TARGETS): the forward default's bytes, and the bundles'
     # of before the contrib form became theirs
     ("llama", "plain", "forward", "plain"): "f423d874d1e43f151491f4eaafeae2a2f12ef2310c226187fd5137728a0b9380",

@@ -51,11 +51,11 @@ def ops(exported) -> Counter:
 def test_layers_attend_fused_where_the_kernel_takes_their_head_size_and_cache(backbone):
     MIXED, EVEN = mixed(backbone), even(backbone)
     assert ops(export_model(MIXED, contrib("forward")))["GroupQueryAttention"] == 2  # layers 0 and 1
-    assert ops(export_model(MIXED, contrib(cache_layout="per-layer")))["GroupQueryAttention"] == 2
-    # The uniform layout (GPT-2's default) stores every cache in 8 heads of 8: no layer attends fused there.
-    assert ops(export_model(MIXED, contrib()))["GroupQueryAttention"] == 0
+    assert ops(export_model(MIXED, contrib()))["GroupQueryAttention"] == 2  # each cache in its layer's heads
+    # The uniform layout stores every cache in 8 heads of 8: no layer attends fused there.
+    assert ops(export_model(MIXED, contrib(cache_layout="uniform")))["GroupQueryAttention"] == 0
     assert ops(export_model(EVEN, contrib()))["GroupQueryAttention"] == 2  # the FFN-only layer has none
-    plain = ops(export_model(EVEN, ExportOptions(variant="generate", target_ort="1.22")))
+    plain = ops(export_model(EVEN, ExportOptions(variant="generate", target_ort="1.22", graph_form="plain")))
     assert "GroupQueryAttention" not in plain and plain["Softmax"] == 2
 
 
@@ -69,8 +69,9 @@ def test_a_bundle_fused_in_every_cache_layer_shares_its_buffer_in_genai_and_gene
     prompt = [5, 9, 17, 3, 44, 2]
     expected = reference_tokens(model, prompt, 20)
     assert len(set(expected)) >= 3
-    for name, options, shared in (("contrib", contrib(), True), ("mixed", contrib(cache_layout="per-layer"), False),
-                                  ("plain", ExportOptions(variant="generate", target_ort="1.22"), False)):
+    for name, options, shared in (("contrib", contrib(), True), ("mixed", contrib(), False),
+                                  ("plain", ExportOptions(variant="generate", graph_form="plain"), False),
+                                  ("default", ExportOptions(variant="generate"), True)):
         arch = MIXED if name == "mixed" else EVEN
         weights = model.state_dict() if arch is EVEN else \
             larger_than_init(get_backbone(backbone).build_model(MIXED), seed=SEED).state_dict()
@@ -83,13 +84,29 @@ def test_a_bundle_fused_in_every_cache_layer_shares_its_buffer_in_genai_and_gene
 
 
 @pytest.mark.parametrize("name", BACKBONES)
-def test_the_form_is_named_in_the_store_key_and_plain_stays_the_default(name):
-    backbone, EVEN = get_backbone(name), even(name)
-    assert ExportOptions(target_ort="1.22").graph_form_of(backbone) == "plain"
-    assert ExportOptions(variant="generate", target_ort="1.22").graph_form_of(backbone) == backbone.graph_forms[0]
+def test_the_form_is_named_in_the_store_key_and_a_bundle_is_fused_where_every_cache_is(name):
+    """A generation bundle is in the contrib form where every cache layer fuses (one past/present buffer in genai:
+    docs/benchmarks.md), for onnxruntime 1.22 unless a target is given; the plain form elsewhere, and for older
+    targets. A forward model stays plain."""
+    backbone, EVEN, MIXED = get_backbone(name), even(name), mixed(name)
+    assert ExportOptions(target_ort="1.22").graph_form_of(backbone, EVEN) == "plain"
+    generate = ExportOptions(variant="generate")
+
+    def form(options, arch):
+        return options.resolved(backbone, arch).graph_form_of(backbone, arch)
+
+    assert form(generate, EVEN) == "contrib" and form(generate, MIXED) == "plain"
+    assert generate.resolved(backbone, EVEN).target_ort == "1.22" and generate.resolved(backbone, MIXED) is generate
+    assert ExportOptions(variant="generate", target_ort="1.20").graph_form_of(backbone, EVEN) == "plain"
+    # the uniform layout of models whose heads differ stores caches in other heads: plain there
+    UNEQUAL = Architecture(backbone=name, n_layer=2, d_model=64, n_head=(4, 2), d_inner=(96, 64), vocab_size=128,
+                           n_positions=64)
+    assert form(generate, UNEQUAL) == "contrib"
+    assert form(ExportOptions(variant="generate", cache_layout="uniform"), UNEQUAL) == "plain"
     keys = {form: ExportOptions(variant="generate", target_ort="1.22", graph_form=form).model_key(EVEN)
             for form in (None, "plain", "contrib")}
-    assert ":form=contrib:" in keys["contrib"] and "form=" not in keys["plain"] and keys[None] == keys["plain"]
+    assert ":form=contrib:" in keys["contrib"] and "form=" not in keys["plain"] and keys[None] == keys["contrib"]
+    assert generate.model_key(EVEN) == keys["contrib"]
 
 
 def test_export_cli_takes_gpt2s_graph_form(tmp_path):
@@ -131,3 +148,21 @@ def test_int8_and_int4_quantize_the_fused_form_no_worse_than_the_plain_one(backb
     for precision in ("int8", "int4"):
         errors = {form: np.abs(logits(form, precision) - reference).mean() for form in ("contrib", "plain")}
         assert errors["contrib"] <= 1.5 * errors["plain"] + 1e-3, (precision, errors)
+
+
+def test_a_search_summary_says_how_its_bundles_forms_were_chosen():
+    """Each GPT-2 or OPT candidate's bundle is fused or not by its own heads: the summary says so beside the form."""
+    from ltsedge.search.loop import _export_summary_of
+    from ltsedge.search.settings import SearchSettings
+    from ltsedge.space import SearchSpace
+
+    for name in BACKBONES:
+        space = SearchSpace(backbone=name, n_layer=(1, 2), d_model=(64,), n_head=(2, 8), d_inner=(128,), d_embed=(),
+                            div_val=(1,), vocab_size=128, n_positions=64)
+        bundles = _export_summary_of(SearchSettings(space=space, objective="decode", baseline=None))
+        assert bundles["graph_form"] == "contrib" and "where every cache layer attends fused" in \
+            bundles["graph_form_rule"]
+        for settings in (SearchSettings(space=space, objective="decode", baseline=None, target_ort="1.20"),
+                         SearchSettings(space=space, baseline=None)):  # too old for it; forward models
+            summary = _export_summary_of(settings)
+            assert summary["graph_form"] == "plain" and "graph_form_rule" not in summary

@@ -161,9 +161,12 @@ def test_the_form_follows_the_target_and_is_named_in_the_store_key_unless_plain(
     assert ExportOptions(variant="generate").resolved(backbone).target_ort == "1.22"
     assert "form=" not in ExportOptions(variant="generate", target_ort="1.20").model_key(TIED)
     assert "form=" not in ExportOptions(variant="forward").model_key(TIED)  # forward keeps its default, plain
-    gpt2 = Architecture(n_layer=1, d_model=32, n_head=(2,), d_inner=(64,), vocab_size=50, n_positions=16)
-    assert "form=" not in ExportOptions(target_ort="1.22").model_key(gpt2)  # one form: plain
-    assert ExportOptions(variant="generate").resolved(get_backbone("gpt2")).target_ort is None
+    # GPT-2's forward models are plain; its bundles fused where every cache fuses (tests/test_fused_attention_forms.py)
+    gpt2, narrow = (Architecture(n_layer=1, d_model=32, n_head=(h,), d_inner=(64,), vocab_size=50, n_positions=16)
+                    for h in (2, 4))  # heads of 16; of 8, which the fused kernel does not take
+    assert "form=" not in ExportOptions(target_ort="1.22").model_key(gpt2)
+    assert ExportOptions(variant="generate").resolved(get_backbone("gpt2"), gpt2).target_ort == "1.22"
+    assert ExportOptions(variant="generate").resolved(get_backbone("gpt2"), narrow).target_ort is None
 
 
 def test_a_bundles_default_form_shares_past_and_present_in_genai_and_the_plain_one_does_not(tmp_path):

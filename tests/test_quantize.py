@@ -90,7 +90,8 @@ def test_quantized_exports_load_run_and_hold_their_operators(precision, expected
     quantized = export_model(SMALL, ExportOptions(variant=variant, precision=precision))
     found = ops(quantized)
     assert expected <= found and "Gemm" not in found
-    assert "MatMul" in found  # attention's activation x activation products stay fp32
+    # attention's activation x activation products stay fp32: MatMul, or the fused attention of a bundle
+    assert "MatMul" in found or (variant == "generate" and "GroupQueryAttention" in found)
     proto = onnx.load_from_string(quantized.to_bytes())
     assert precision_of(proto)["precision"] == precision
     if bits == 4:

@@ -67,8 +67,8 @@ class Backbone:
     # too old for the default form gets the next.
     graph_forms: tuple[str, ...] = ("plain",)
     # The form of its generation bundles where the target runs it (None: its default form): the fastest in
-    # onnxruntime-genai's generator loop, by measurement. Without --target-ort, its bundles target the
-    # oldest onnxruntime that runs it (``ExportOptions.resolved``).
+    # onnxruntime-genai's generator loop, by measurement, for the models ``generate_form`` gives it to. Without
+    # --target-ort, those bundles target the oldest onnxruntime that runs it (``ExportOptions.resolved``).
     generate_graph_form: str | None = None
     # int4: a tied token embedding read from the output layer's 4-bit blocks instead of stored in fp32 beside
     # them (``exporters.quantize.tied_embedding_from_blocks``); a backbone turns it on with its graph_version.
@@ -203,9 +203,19 @@ class PackageBackbone(Backbone):
 
     def generate_spec(self, arch: Architecture, cache_layout: str | None = None) -> ExportSpec:
         """The generate variant's inputs and outputs (a KV cache for most backbones)."""
-        from ltsedge.backbones.kv_cache import DEFAULT_CACHE_LAYOUT, generate_spec
+        from ltsedge.backbones.kv_cache import generate_spec
 
-        return generate_spec(arch, cache_layout or DEFAULT_CACHE_LAYOUT)
+        return generate_spec(arch, cache_layout or self.default_cache_layout)
+
+    def generate_form(self, arch: Architecture, cache_layout: str | None = None) -> str | None:
+        """The form ``arch``'s generation bundle in ``cache_layout`` (None: the default) is written in where the
+        target runs it (None: the default form): ``generate_graph_form`` unless the backbone says otherwise."""
+        return self.generate_graph_form
+
+    def generate_form_rule(self) -> str | None:
+        """How ``generate_form`` decides where it depends on the model, in words for a search's summary (None: one
+        form for all)."""
+        return None
 
     def build_graph(self, arch, weights, opset: int, variant: str, cache_layout: str | None = None,
                     form: str = "plain", **options):

@@ -9,6 +9,8 @@ the same device starts from the first one's figures, and no other machine's figu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ltsedge.architecture import Architecture
 from ltsedge.costmodel.model import CostModel
 from ltsedge.devices import coarse, strict
@@ -71,3 +73,20 @@ def load_cost_model(store, like: Architecture, fingerprint: dict, profile, expor
                     bandwidth_scale: float | None = None, calibration_ms: float | None = None) -> CostModel:
     return CostModel(load_samples(store, like, fingerprint, profile, export, bandwidth_scale, calibration_ms),
                      profile, export.variant)
+
+
+def cost_models(store, fingerprint: dict, profile, export: ExportOptions, bandwidth_scale: float | None = None,
+                calibration_ms: float | None = None) -> Callable[[Architecture], CostModel]:
+    """The cost model of each architecture's export settings (``load_cost_model``), each loaded when first asked
+    for: ``export`` gives some backbones' models other settings than others (a GPT-2 bundle is fused or not by its
+    own heads: ``Backbone.generate_form``), and each form's figures teach only its own model."""
+    models: dict[str, CostModel] = {}
+
+    def model_of(arch: Architecture) -> CostModel:
+        settings = export_settings(export.model_key(arch))
+        if settings not in models:
+            models[settings] = load_cost_model(store, arch, fingerprint, profile, export, bandwidth_scale,
+                                               calibration_ms)
+        return models[settings]
+
+    return model_of

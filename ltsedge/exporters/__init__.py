@@ -61,7 +61,7 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     variant, precision = options.variant, options.precision
     backbone = get_backbone(arch.backbone)
     backbone.check_variant(variant)
-    options = options.resolved(backbone)
+    options = options.resolved(backbone, arch)
     layout = cache_layout_option(backbone, variant, options.cache_layout)
     target = options.target
     check_precision(precision, target.runtime, execution_provider)
@@ -77,7 +77,7 @@ def export_model(arch: Architecture, options: ExportOptions | None = None, *, we
     spec = backbone.export_spec(arch, variant, **layout)
     # onnxruntime's quantizers rewrite MatMul, not Gemm; fp32 keeps its Gemm graph (and its pinned bytes).
     quantized = precision in ("int8", "int4")
-    form = options.graph_form_of(backbone)
+    form = options.graph_form_of(backbone, arch)
     graph, initializers = backbone.build_graph(arch, arrays, target.opset, variant, **layout,
                                                **({"gemm": False} if quantized else {}),
                                                **({"form": form} if len(backbone.graph_forms) > 1 else {}))

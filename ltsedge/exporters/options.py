@@ -101,7 +101,7 @@ class ExportOptions:
 
         backbone = get_backbone(arch.backbone)
         backbone.check_variant(self.variant)
-        resolved = self.resolved(backbone)
+        resolved = self.resolved(backbone, arch)
         if resolved is not self:
             return resolved.model_key(arch)
         target = self.target
@@ -115,7 +115,7 @@ class ExportOptions:
             layout = self.cache_layout or backbone.default_cache_layout
             if layout_changes_graph(arch, layout, backbone):
                 settings["cache"] = layout
-        form = self.graph_form_of(backbone)
+        form = self.graph_form_of(backbone, arch)
         if form != PLAIN_FORM:  # every key without a form is of the plain graph
             settings["form"] = form
         if self.precision != DEFAULT_PRECISION:  # fp32 keys predate precisions: it is left out of them
@@ -133,31 +133,34 @@ class ExportOptions:
         default: a generation model's weights are (``default_external``), so its keys say so."""
         return default_external(self.variant) if self.external_data is None else self.external_data
 
-    def graph_form_of(self, backbone) -> str:
-        """The form ``backbone``'s graph is exported in: ``graph_form`` when given (one the backbone has), else
-        the first of its forms (its default, by measurement; a generation bundle's own default first, the
-        fastest in onnxruntime-genai's loop) that the target runtime runs."""
+    def graph_form_of(self, backbone, arch=None) -> str:
+        """The form ``backbone``'s graph of ``arch`` is exported in: ``graph_form`` when given (one the backbone
+        has), else the first of its forms (its default, by measurement; a generation bundle's own default first,
+        the fastest in onnxruntime-genai's loop, ``Backbone.generate_form``; None for ``arch``: the family's)
+        that the target runtime runs."""
         if self.graph_form is not None:
             if self.graph_form not in backbone.graph_forms:
                 raise LtsedgeError(f"backbone {backbone.name} has no graph form {self.graph_form!r} "
                                    f"(forms: {', '.join(backbone.graph_forms)})")
             return self.graph_form
-        forms = (*self._preferred(backbone), *backbone.graph_forms, PLAIN_FORM)
+        forms = (*self._preferred(backbone, arch), *backbone.graph_forms, PLAIN_FORM)
         return next(f for f in forms if runs_form(f, self.target.runtime))
 
-    def resolved(self, backbone) -> ExportOptions:
-        """These options for ``backbone``: without a target, a generation bundle whose preferred form needs a
-        newer onnxruntime than the oldest (Llama's GroupQueryAttention with a shared buffer, the fastest in
-        genai's loop) targets the oldest that runs it. Given a target, it decides as before (``graph_form_of``).
-        Exports and store keys are both made from the resolved options."""
-        preferred = self._preferred(backbone)
+    def resolved(self, backbone, arch=None) -> ExportOptions:
+        """These options for ``backbone``'s ``arch`` (None: the family's default): without a target, a
+        generation bundle whose preferred form needs a newer onnxruntime than the oldest (GroupQueryAttention
+        with a shared buffer, the fastest in genai's loop) targets the oldest that runs it. Given a target, it
+        decides as before (``graph_form_of``). Exports and store keys are both made from the resolved options."""
+        preferred = self._preferred(backbone, arch)
         if self.target_ort is not None or self.graph_form is not None or not preferred \
                 or runs_form(preferred[0], self.target.runtime):
             return self
         return dataclasses.replace(self, target_ort=CONTRIB_MIN_TARGET, graph_form=preferred[0])
 
-    def _preferred(self, backbone) -> tuple[str, ...]:
-        form = backbone.generate_graph_form if self.variant == "generate" else None
+    def _preferred(self, backbone, arch) -> tuple[str, ...]:
+        if self.variant != "generate":
+            return ()
+        form = backbone.generate_graph_form if arch is None else backbone.generate_form(arch, self.cache_layout)
         return (form,) if form else ()
 
 

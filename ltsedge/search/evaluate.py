@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ltsedge.architecture import Architecture
-from ltsedge.costmodel.samples import load_cost_model, remember
+from ltsedge.costmodel.samples import cost_models, remember
 from ltsedge.devices import DeviceProfile
 from ltsedge.errors import LtsedgeError
 from ltsedge.exporters import export_model
@@ -119,7 +119,7 @@ class CandidateEvaluator:
         again against the grown front; predict what remains."""
         pending = list(archs)
         while pending:
-            self._refit(pending[0])
+            self._refit()
             front = self.screen.front_points(self._measured())  # once per round: it changes only by measuring
             calibration = self.runner.calibrate().reference_ms
             verdicts = {a.id: self.screen.verdict(a, count_params(a).decoder_params, front, calibration)
@@ -175,15 +175,15 @@ class CandidateEvaluator:
         """The search's candidates with measured figures (this run's, the store's, settled ones)."""
         return [c for c in self.seen.values() if c.ok and not c.predicted and c.generation >= 0]
 
-    def _refit(self, like: Architecture) -> None:
-        """The cost model on every figure of this machine and settings in the store (this search's and
-        earlier ones'), refitted when new figures arrived."""
+    def _refit(self) -> None:
+        """The cost models on every figure of this machine and settings in the store (this search's and
+        earlier ones'), refitted when new figures arrived: one per candidates' export settings (``cost_models``)."""
         if self.stats.measured + self.stats.cached == self._fitted_on:
             return
         self._fitted_on = self.stats.measured + self.stats.cached
         calibration = self.runner.calibrate()
-        self.screen.use(load_cost_model(self.store, like, self.fingerprint, self.base_profile, self.export,
-                                        calibration.bandwidth_scale, calibration.reference_ms))
+        self.screen.use(cost_models(self.store, self.fingerprint, self.base_profile, self.export,
+                                    calibration.bandwidth_scale, calibration.reference_ms))
 
     def _without_measuring(self, arch: Architecture, generation: int) -> Candidate | None:
         params = count_params(arch)

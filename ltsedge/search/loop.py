@@ -256,12 +256,19 @@ class SearchRun:
 
 def _export_summary_of(settings) -> dict:
     """The target and form the candidates were exported for (resolved for the space's backbone: Llama's bundles
-    target the onnxruntime their default form needs)."""
+    target the onnxruntime their default form needs), and how the form was chosen where each model's decides it
+    (GPT-2's and OPT's bundles: each model's store key names its own)."""
     from ltsedge.backbones import get_backbone
+    from ltsedge.exporters.options import PLAIN_FORM
 
     backbone = get_backbone(settings.space.backbone)
     options = settings.export_options.resolved(backbone)
-    return {**options.target.to_dict(), "precision": settings.precision, "graph_form": options.graph_form_of(backbone)}
+    form = options.graph_form_of(backbone)
+    summary = {**options.target.to_dict(), "precision": settings.precision, "graph_form": form}
+    asked = settings.export_options
+    rule = backbone.generate_form_rule() if asked.variant == "generate" and asked.graph_form is None \
+        and form != PLAIN_FORM else None
+    return {**summary, "graph_form_rule": rule} if rule else summary
 
 
 def _saved_calibration(saved: dict, path: Path) -> Calibration:

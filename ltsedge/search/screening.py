@@ -15,6 +15,7 @@ reports it as measured. ``--measure all`` measures every candidate, as the study
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ltsedge.costmodel import CostModel, Estimate
@@ -53,17 +54,23 @@ class Screen:
         self.objective, self.budgets, self.seed, self.audit_share = objective, budgets, seed, audit_share
         self.share = share
         self.merit = merit  # the front's quality axis (pareto.py): decoder parameters or a fitted proxy's
-        self.model: CostModel | None = None
+        self.model: CostModel | Callable[[object], CostModel] | None = None
 
-    def use(self, model: CostModel) -> None:
+    def use(self, model: CostModel | Callable[[object], CostModel]) -> None:
+        """The cost model to predict with: one, or a function of an architecture giving the one of its export
+        settings (a backbone whose bundles' graph form is each model's own: the forms' costs differ)."""
         self.model = model
+
+    def model_for(self, arch) -> CostModel | None:
+        return self.model(arch) if callable(self.model) else self.model
 
     def verdict(self, arch, params: int, front: list[tuple[float, float, float]], calibration_ms: float) -> Verdict:
         """Whether ``arch`` (with ``params`` decoder parameters) must be measured, given the front
         measured so far (``front_points``, in merit)."""
-        if self.model is None or not self.model.ready:
+        model = self.model_for(arch)
+        if model is None or not model.ready:
             return Verdict(True, "no cost model yet")
-        estimate = self.model.predict(arch)
+        estimate = model.predict(arch)
         ratio, memory = estimate.ratios[self.objective], estimate.memory_mb
         if estimate.extrapolated:
             return Verdict(True, "outside the fitted range", estimate)

@@ -27,19 +27,12 @@ from onnx import TensorProto
 from ltsedge.backbones.adaptive.graph import adaptive_embed
 from ltsedge.backbones.gpt2 import graph as plain
 from ltsedge.backbones.gpt2.model import LAYER_NORM_EPS, MASKED_SCORE
+from ltsedge.backbones.gpt2.fusion import fused
 from ltsedge.backbones.kv_cache import PAST, PRESENT, cache_heads_of, cache_layers
 from ltsedge.iospec import ExportSpec
 from ltsedge.onnx_graph import GraphBuilder
 
 CONTRIB_DOMAIN = "com.microsoft"
-GQA_HEAD_MULTIPLE = 16  # GroupQueryAttention's CPU kernel: "head_size shall be a multiple of 16"
-
-
-def fused(arch, layer: int, stored: int | None = None) -> bool:
-    """Does ``layer`` attend with GroupQueryAttention: its head size a multiple of 16 and, with a cache, that
-    cache in the layer's own heads (``stored``)?"""
-    n_head = arch.n_head[layer]
-    return (arch.d_model // n_head) % GQA_HEAD_MULTIPLE == 0 and stored in (None, n_head)
 
 
 def build_graph(arch, weights: Mapping[str, np.ndarray], opset: int, spec: ExportSpec,

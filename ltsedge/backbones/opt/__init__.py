@@ -9,6 +9,8 @@ the PyTorch reference, ``graph.py`` the ONNX graph; this file ties them into the
 from __future__ import annotations
 
 from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
+from ltsedge.backbones.gpt2 import CONTRIB_RULE, contrib_form_where_fused
+from ltsedge.backbones.kv_cache import PER_LAYER
 
 OPT_VOCAB_SIZE = 50272  # OPT's vocabulary (GPT-2's BPE, padded)
 OPT_N_POSITIONS = 2048
@@ -23,8 +25,17 @@ class OPTBackbone(PackageBackbone):
     model_class = "OPT"
     kv_cache = True  # generate: past_key_values / present, in kv_cache.CACHE_LAYOUTS
     supports_block_types = True
-    # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py), as GPT-2's
+    # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py); its bundles in the
+    # latter where every cache layer fuses, each cache in its layer's own heads, as GPT-2's
     graph_forms = ("plain", "contrib")
+    generate_graph_form = "contrib"
+    default_cache_layout = PER_LAYER
+
+    def generate_form(self, arch, cache_layout: str | None = None) -> str | None:
+        return contrib_form_where_fused(self, arch, cache_layout)
+
+    def generate_form_rule(self) -> str:
+        return CONTRIB_RULE
     supports_adaptive = False  # plain embeddings (d_embed = d_model): presets drop their adaptive choices
     # Hugging Face's OPTForCausalLM state_dict carries the tied output layer under its own name.
     tied_aliases = {"lm_head.weight": "decoder.embed_tokens.weight"}
