@@ -4,12 +4,12 @@ its grouped key/value heads itself, ``backbones.llama.uniform_kv_heads``).
 The naming Optimum exports and onnxruntime-genai reads by default. Batch, sequence and past are
 symbolic; heads and head size are static, in one of two cache layouts (``CACHE_LAYOUTS``):
 
-- ``per-layer``: each cache in its layer's own heads, ``[batch, n_head[i], past, d_model / n_head[i]]``
-  (ltsedge's spaces give every layer its own head count);
-- ``uniform``: every cache in one layout ``[batch, H, past, d_model / H]``, H the most heads of any
+- ``per-layer``: each cache in its layer's own heads, ``[batch_size, n_head[i], past, d_model / n_head[i]]``
+  (ltsedge's spaces give every layer its own head count), GPT-2's, OPT's and Llama's default;
+- ``uniform``: every cache in one layout ``[batch_size, H, past, d_model / H]``, H the most heads of any
   layer with a cache (``uniform_heads``); each layer's attention reads it in its own heads
   (``cached_scores`` / ``cached_weighted``). Runtimes that size every layer's empty cache from
-  config.json's one head count (Optimum, transformers.js) can feed it. A model whose attention layers
+  config.json's one head count (Optimum) can feed it. A model whose attention layers
   all have H heads has the same graph, byte for byte, in both layouts.
 
 Only layers with an attention block have a cache (an FFN-only PAR layer has none). Caches are numbered
@@ -26,13 +26,13 @@ PAST = "past_key_values.{i}.{kind}"
 PRESENT = "present.{i}.{kind}"
 PER_LAYER, UNIFORM = "per-layer", "uniform"
 CACHE_LAYOUTS = (PER_LAYER, UNIFORM)
-# Uniform by measurement: decode of a 6 x 512 GPT-2 with heads [2, 4, 8, 2, 4, 8] at context 192
-# (onnxruntime CPU, one thread) costs the same in both layouts within the noise of a few %; the uniform
-# graph copies no more of the cache than the per-layer one (tests/test_cache_layout.py).
+# The layout of a backbone that declares none (``Backbone.default_cache_layout``). GPT-2, OPT and Llama declare
+# per-layer: in onnxruntime-genai's loop a plain-form GPT-2 step after 960 tokens took 1.11x longer in this one,
+# and fused attention needs each cache in its layer's own heads (docs/benchmarks.md).
 DEFAULT_CACHE_LAYOUT = UNIFORM
-# A bundle's batch axis (``workloads.BATCH_AXES``), named as Optimum's exports name it: transformers.js makes an app's empty caches from the
-# graph's declared shapes and sizes a symbolic axis by name, knowing the batch only as "batch_size" (any other
-# name gets 0 rows, which GroupQueryAttention refuses; a Concat took them).
+# A bundle's batch axis (``workloads.BATCH_AXES``), named as Optimum's exports name it: transformers.js makes an
+# app's empty caches from the graph's declared shapes and sizes a symbolic axis by name, knowing the batch only as
+# "batch_size" (any other name gets 0 rows, which GroupQueryAttention refuses; a Concat took them).
 BATCH = "batch_size"
 
 
