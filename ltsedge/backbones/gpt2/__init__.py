@@ -12,7 +12,23 @@ from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
 from ltsedge.backbones.kv_cache import PER_LAYER
 
 
-class GPT2Backbone(PackageBackbone):
+class FusedWhereEveryCache:
+    """GPT-2's and OPT's bundles: the contrib form where every cache layer attends fused (onnxruntime-genai then
+    shares one past/present buffer), else the plain one; each cache in its layer's own heads."""
+
+    generate_graph_form = "contrib"
+    default_cache_layout = PER_LAYER
+
+    def generate_form(self, arch, cache_layout: str | None = None) -> str | None:
+        from ltsedge.backbones.gpt2.fusion import fuses_every_cache
+
+        return "contrib" if fuses_every_cache(arch, self.generate_spec(arch, cache_layout)) else None
+
+    def generate_form_rule(self) -> str:
+        return "contrib (onnxruntime 1.22) where every cache layer attends fused, else plain"
+
+
+class GPT2Backbone(FusedWhereEveryCache, PackageBackbone):
     name = "gpt2"
     description = "GPT-2: pre-LayerNorm blocks, learned positions, output tied to the token embedding"
     variants = ("forward", "generate")
@@ -24,19 +40,10 @@ class GPT2Backbone(PackageBackbone):
     # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py: GroupQueryAttention,
     # which onnxruntime-genai runs with one past/present buffer)
     graph_forms = ("plain", "contrib")
-    # Its bundles: fused attention where every layer with a cache takes it (``generate_form``), each cache in its
+    # Its bundles (FusedWhereEveryCache): fused attention where every layer with a cache takes it, each cache in its
     # layer's own heads. In genai's loop (benchmarks/gpt2_graph_form.py, docs/benchmarks.md) a step after 960
     # tokens took 0.80-0.82x the plain form's and the peak was 12-16% lower (equal at 192 tokens); where some
     # layer attends in standard operators no buffer is shared, and there the contrib form took 1.10x the plain's.
-    generate_graph_form = "contrib"
-    default_cache_layout = PER_LAYER
-
-    def generate_form(self, arch, cache_layout: str | None = None) -> str | None:
-        """Fused attention where every cache layer fuses in ``cache_layout``, else the plain form."""
-        return contrib_form_where_fused(self, arch, cache_layout)
-
-    def generate_form_rule(self) -> str:
-        return CONTRIB_RULE
 
     def default_space(self) -> dict:
         """The study's space (``--preset study``) holding its baseline's own block too: 1 layer and 16 heads
@@ -46,14 +53,3 @@ class GPT2Backbone(PackageBackbone):
 
     def baseline(self) -> BaselineSpec:
         return BaselineSpec(d_model=1024, d_inner=3072, n_head=16, layers=tuple(range(1, 17)))
-
-
-CONTRIB_RULE = "contrib (onnxruntime 1.22) where every cache layer attends fused, else plain"
-
-
-def contrib_form_where_fused(backbone, arch, cache_layout: str | None) -> str | None:
-    """GPT-2's and OPT's ``generate_form``: the contrib form where every cache layer attends fused in it
-    (onnxruntime-genai then shares one past/present buffer), else None (the plain form)."""
-    from ltsedge.backbones.gpt2.fusion import fuses_every_cache
-
-    return "contrib" if fuses_every_cache(arch, backbone.generate_spec(arch, cache_layout)) else None

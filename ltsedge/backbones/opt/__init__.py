@@ -9,14 +9,13 @@ the PyTorch reference, ``graph.py`` the ONNX graph; this file ties them into the
 from __future__ import annotations
 
 from ltsedge.backbones.base import BaselineSpec, PackageBackbone, grid
-from ltsedge.backbones.gpt2 import CONTRIB_RULE, contrib_form_where_fused
-from ltsedge.backbones.kv_cache import PER_LAYER
+from ltsedge.backbones.gpt2 import FusedWhereEveryCache
 
 OPT_VOCAB_SIZE = 50272  # OPT's vocabulary (GPT-2's BPE, padded)
 OPT_N_POSITIONS = 2048
 
 
-class OPTBackbone(PackageBackbone):
+class OPTBackbone(FusedWhereEveryCache, PackageBackbone):
     name = "opt"
     description = "OPT: pre-LayerNorm blocks, ReLU FFN, learned positions with OPT's offset, tied output"
     variants = ("forward", "generate")
@@ -28,14 +27,6 @@ class OPTBackbone(PackageBackbone):
     # standard operators (graph.py), or onnxruntime's fused attention (contrib_graph.py); its bundles in the
     # latter where every cache layer fuses, each cache in its layer's own heads, as GPT-2's
     graph_forms = ("plain", "contrib")
-    generate_graph_form = "contrib"
-    default_cache_layout = PER_LAYER
-
-    def generate_form(self, arch, cache_layout: str | None = None) -> str | None:
-        return contrib_form_where_fused(self, arch, cache_layout)
-
-    def generate_form_rule(self) -> str:
-        return CONTRIB_RULE
     supports_adaptive = False  # plain embeddings (d_embed = d_model): presets drop their adaptive choices
     # Hugging Face's OPTForCausalLM state_dict carries the tied output layer under its own name.
     tied_aliases = {"lm_head.weight": "decoder.embed_tokens.weight"}
